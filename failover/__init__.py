@@ -1,0 +1,1 @@
+"""Layer 3: Beetle-style coordinated Redis failover. (Not built yet.)"""

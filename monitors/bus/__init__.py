@@ -1,0 +1,1 @@
+"""Broker pub/sub for gossip and failover: memory://, redis://, amqp://. (Not built yet.)"""

@@ -1,0 +1,1 @@
+"""LamportClock, LimitedSet, Mingle, Gossip and elections. (Not built yet.)"""

@@ -1,0 +1,495 @@
+"""Process: a pykka ThreadingActor with Erlang's links, monitors, trap_exit and exit signals.
+
+pykka on its own keeps an actor alive after an `ask` raises and has no way for one actor to learn
+of another's death. Process replaces pykka's receive loop so that:
+
+- an exception escaping any handler, told or asked, ends the process with that exception as its
+  exit reason (the asker gets it too), unless it is a CallerError, which is only a reply;
+- links are two-way and carry the exit reason to the other side; monitors are one-way, stack,
+  and deliver Down(id, ref, reason), with "noproc" when the target was already gone;
+- exit signals jump the mailbox queue (a priority lane), "normal" is ignored unless trapping,
+  "kill" cannot be trapped and marks the process dead at once (its thread, if stuck in a
+  handler, is abandoned and anything it returns later is discarded);
+- `start()` returns only after `on_start()` has finished, and raises what `on_start()` raised,
+  as OTP's start_link does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import threading
+from typing import Any, ClassVar, Self
+
+import pykka
+from pykka import ActorDeadError, ActorRef
+
+from supervisors.errors import CallerError
+from supervisors.inbox import Inbox
+from supervisors.messages import Down, Exit
+from supervisors.reasons import KILL, KILLED, NOPROC, NORMAL, Reason, format_reason
+
+try:  # pykka's stop request; private, but ActorRef.stop() sends it and we must recognise it.
+    from pykka.messages import _ActorStop
+except ImportError:  # pragma: no cover - pinned pykka<5 has it
+    _ActorStop = type("_ActorStopMissing", (), {})
+
+log = logging.getLogger("supervisors.process")
+
+_ALIVE: Any = object()
+_local = threading.local()
+_monitor_ids = itertools.count(1)
+# Every live Process by actor URN. Links and monitors resolve refs here: a ref that is not in
+# this table belongs to a process that has ended (or never was a Process).
+_REGISTRY: dict[str, Process] = {}
+
+
+class Ignore(Exception):  # noqa: N818 - named after OTP's `ignore` return
+    """Raise from `on_start()` to decline to start (OTP's `ignore`); `start()` returns None."""
+
+
+class _SelfExit(BaseException):
+    """Unwinds a handler that called `self.exit(reason)`; BaseException so `except Exception`
+    in user code does not swallow it."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _ExitSignal:
+    """An exit signal waiting in the priority lane of a process that does not trap exits."""
+
+    __slots__ = ("reason", "sender")
+
+    def __init__(self, sender: ActorRef | None, reason: Reason) -> None:
+        self.sender = sender
+        self.reason = reason
+
+
+def current_process() -> Process | None:
+    """The Process whose thread is running this code, or None outside any process."""
+    return getattr(_local, "process", None)
+
+
+def _process_of(ref: Any) -> Process | None:
+    """Resolve a ref (or a Process) to the live local Process, or None if it has ended."""
+    if isinstance(ref, Process):
+        return ref if ref._reason is _ALIVE else None
+    urn = getattr(ref, "actor_urn", None)
+    if urn is None:
+        raise TypeError(f"expected the ActorRef of a supervisors.Process; got {ref!r}")
+    return _REGISTRY.get(urn)
+
+
+def exit(ref: Any, reason: Reason) -> None:  # noqa: A001 - Erlang's name, exported on purpose
+    """Send an exit signal to `ref`, as Erlang's exit/2 does.
+
+    "kill" cannot be trapped: the target is dead when this returns, with reason "killed". Other
+    reasons jump the target's mailbox queue; a target that traps exits receives Exit(sender,
+    reason) as a message instead; "normal" is ignored by a target that does not trap exits.
+    Sending to a process that has already ended does nothing.
+    """
+    target = _process_of(ref)
+    if target is None:
+        return
+    sender = current_process()
+    target._receive_exit(sender.actor_ref if sender is not None else None, reason, via_link=False)
+
+
+def exit_reason(ref: Any) -> Reason | None:
+    """The reason a local process ended with, or None while it is still running."""
+    proc = ref if isinstance(ref, Process) else getattr(ref, "_actor_weakref", lambda: None)()
+    if proc is None or not isinstance(proc, Process):
+        raise TypeError(f"expected the ActorRef of a supervisors.Process; got {ref!r}")
+    return None if proc._reason is _ALIVE else proc._reason
+
+
+class Process(pykka.ThreadingActor):
+    """A supervisable actor. Subclass it as you would `pykka.ThreadingActor`.
+
+    Set `trap_exit = True` (class attribute or in `__init__`/`on_start`) to receive exit
+    signals as `Exit` messages in `on_receive` instead of dying from them. A trapping process
+    still ends when its parent (the supervisor that started it) sends it an exit signal, and
+    `on_stop()` runs, as gen_server does.
+
+    `on_stop()` runs when the process ends by `ref.stop()`, `self.exit()`, or any exit signal
+    except "kill". `on_failure()` (pykka's hook) runs when a handler raised.
+    """
+
+    trap_exit: bool = False
+    # Threads of killed processes may be stuck in user code forever; they must not keep the
+    # interpreter alive at exit.
+    use_daemon_thread: ClassVar[bool] = True
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        super().__init__()
+        self._life = threading.Lock()
+        self._reason: Reason = _ALIVE
+        self._links: dict[str, ActorRef[Any]] = {}
+        self._watchers: dict[int, ActorRef[Any]] = {}
+        self._monitoring: dict[int, Any] = {}
+        self._current: Any = None
+        self._started = threading.Event()
+        self._finished = threading.Event()
+        self._start_error: BaseException | None = None
+        parent = current_process()
+        self._parent_urn: str | None = parent.actor_urn if parent is not None else None
+
+    @staticmethod
+    def _create_actor_inbox() -> Inbox:  # type: ignore[override]
+        return Inbox()
+
+    # ----------------------------------------------------------------------------- starting
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:  # type: ignore[override]
+        """Start the process and wait for `on_start()`.
+
+        Returns the ActorRef, or None if `on_start()` raised `Ignore`. If `on_start()` raised
+        anything else, the process has ended and that exception is raised here.
+        """
+        return cls._spawn(args, kwargs, link_to=None)
+
+    @classmethod
+    def start_link(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:
+        """Start the process linked to the calling Process (which must exist).
+
+        The link is in place before `on_start()` runs. If the start fails, the link is removed
+        quietly and the caller gets the exception, rather than an exit signal as well.
+        """
+        caller = current_process()
+        if caller is None:
+            raise RuntimeError(
+                f"{cls.__name__}.start_link() must be called from inside a Process; "
+                "use start() from plain threads"
+            )
+        return cls._spawn(args, kwargs, link_to=caller)
+
+    @classmethod
+    def _spawn(cls, args: tuple, kwargs: dict, link_to: Process | None) -> Any:
+        obj = cls(*args, **kwargs)
+        if not isinstance(getattr(obj, "_started", None), threading.Event):
+            raise TypeError(
+                f"{cls.__name__}.__init__ did not call super().__init__(); Process needs it"
+            )
+        _REGISTRY[obj.actor_urn] = obj
+        if link_to is not None:
+            obj._links[link_to.actor_urn] = link_to.actor_ref
+            with link_to._life:
+                link_to._links[obj.actor_urn] = obj.actor_ref
+        pykka.ActorRegistry.register(obj.actor_ref)
+        obj._start_actor_loop()
+        obj._started.wait()
+        error = obj._start_error
+        if error is None:
+            return obj.actor_ref
+        if isinstance(error, Ignore):
+            return None
+        raise error
+
+    # ------------------------------------------------------------------- links and monitors
+
+    def link(self, ref: Any) -> None:
+        """Link to `ref` both ways. Linking to a process that has ended sends us "noproc"."""
+        target = _process_of(ref)
+        if target is self:
+            return
+        # Ours first: if the target dies right after accepting the link, its exit signal must
+        # find the link on our side.
+        with self._life:
+            self._links[ref.actor_urn] = ref
+        if target is None or not target._add_link(self.actor_ref):
+            with self._life:
+                self._links.pop(ref.actor_urn, None)
+            self._receive_exit(ref, NOPROC, via_link=True)
+
+    def unlink(self, ref: Any) -> None:
+        """Remove the link to `ref`, both ways. No exit signal from it arrives after this."""
+        with self._life:
+            self._links.pop(ref.actor_urn, None)
+        target = _process_of(ref)
+        if target is not None:
+            target._remove_link(self.actor_urn)
+
+    def monitor(self, ref: Any) -> int:
+        """Watch `ref`; when it ends we receive Down(id, ref, reason). Returns the id."""
+        monitor_id = next(_monitor_ids)
+        self._monitoring[monitor_id] = ref
+        target = _process_of(ref)
+        if target is None or not target._add_watcher(monitor_id, self.actor_ref):
+            self._tell_self(Down(monitor_id, ref, NOPROC))
+        return monitor_id
+
+    def demonitor(self, monitor_id: int) -> bool:
+        """Stop watching; a Down for this id that is already queued is dropped too."""
+        ref = self._monitoring.pop(monitor_id, None)
+        if ref is None:
+            return False
+        target = _process_of(ref)
+        if target is not None:
+            target._remove_watcher(monitor_id)
+        return True
+
+    def exit(self, reason: Reason = NORMAL) -> None:
+        """End this process with `reason`. `on_stop()` runs (unless the reason is "kill").
+
+        From inside a handler this unwinds the handler at once. From another thread it acts as
+        an exit signal sent by the process to itself, so even "normal" ends it.
+        """
+        if current_process() is self and reason != KILL:
+            raise _SelfExit(reason)
+        self._receive_exit(self.actor_ref, reason, via_link=False)
+
+    def on_kill(self) -> None:
+        """Runs in the killer's thread right after this process was killed ("kill" signal).
+
+        The process's own thread may be stuck, so `on_stop()` does not run; use this for the
+        quick, thread-safe cleanup that must happen anyway (OsProcess kills its OS process
+        group here). Default: nothing.
+        """
+
+    @property
+    def links(self) -> list[ActorRef[Any]]:
+        """The refs this process is linked to now."""
+        with self._life:
+            return list(self._links.values())
+
+    # ------------------------------------------------------------ signal delivery internals
+
+    def _add_link(self, ref: ActorRef[Any]) -> bool:
+        with self._life:
+            if self._reason is not _ALIVE:
+                return False
+            self._links[ref.actor_urn] = ref
+            return True
+
+    def _remove_link(self, urn: str) -> None:
+        with self._life:
+            self._links.pop(urn, None)
+
+    def _add_watcher(self, monitor_id: int, watcher: ActorRef[Any]) -> bool:
+        with self._life:
+            if self._reason is not _ALIVE:
+                return False
+            self._watchers[monitor_id] = watcher
+            return True
+
+    def _remove_watcher(self, monitor_id: int) -> None:
+        with self._life:
+            self._watchers.pop(monitor_id, None)
+
+    def _link_exit(self, sender: ActorRef[Any], reason: Reason) -> None:
+        """A linked process ended. Dropped if we unlinked it in the meantime."""
+        with self._life:
+            if self._reason is not _ALIVE or self._links.pop(sender.actor_urn, None) is None:
+                return
+        self._receive_exit(sender, reason, via_link=True)
+
+    def _receive_exit(self, sender: ActorRef[Any] | None, reason: Reason, *, via_link: bool) -> None:
+        """Apply Erlang's rules to an incoming exit signal. Runs in the sender's thread."""
+        if self._reason is not _ALIVE:
+            return
+        if reason == KILL and not via_link:
+            if self._terminate(KILLED):
+                try:
+                    self.on_kill()
+                except Exception:
+                    log.exception("%s: on_kill raised", self)
+            return
+        if self.trap_exit:
+            self._tell_self(Exit(sender, reason))
+            return
+        if reason == NORMAL and (sender is None or sender.actor_urn != self.actor_urn):
+            return
+        self.actor_inbox.put_signal(_ExitSignal(sender, reason))
+
+    def _tell_self(self, message: Any) -> None:
+        try:
+            self.actor_ref.tell(message)
+        except ActorDeadError:
+            pass
+
+    # ------------------------------------------------------------------------- the loop
+
+    def _actor_loop(self) -> None:
+        _local.process = self
+        try:
+            self.on_start()
+        except _SelfExit as exc:
+            self._start_failed(Ignore() if exc.reason == NORMAL else _StartExit(exc.reason), exc.reason)
+            return
+        except Ignore as exc:
+            self._start_failed(exc, NORMAL)
+            return
+        except BaseException as exc:  # noqa: BLE001 - any failure in on_start is a failed start
+            self._start_failed(exc, exc)
+            return
+        self._started.set()
+        self._run()
+
+    def _start_failed(self, error: BaseException, reason: Reason) -> None:
+        self._start_error = error
+        # The starter learns of the failure from the exception; it gets no exit signal too.
+        with self._life:
+            links = list(self._links)
+            self._links.clear()
+        for urn in links:
+            other = _REGISTRY.get(urn)
+            if other is not None:
+                other._remove_link(self.actor_urn)
+        self._terminate(reason)
+        self._started.set()
+
+    def _run(self) -> None:
+        inbox = self.actor_inbox
+        while True:
+            envelope = inbox.get()
+            if self._reason is not _ALIVE:
+                return
+            if type(envelope) is _ExitSignal:
+                if not self.trap_exit:
+                    self._finish(envelope.reason)
+                    return
+                # Started trapping after the signal was queued: hand it over as a message.
+                message, reply_to = Exit(envelope.sender, envelope.reason), None
+            else:
+                message, reply_to = envelope.message, envelope.reply_to
+            if isinstance(message, _ActorStop):
+                self._finish(NORMAL)
+                if reply_to is not None:
+                    reply_to.set(None)
+                return
+            if reply_to is not None:
+                with self._life:
+                    if self._reason is not _ALIVE:
+                        return
+                    self._current = envelope
+            try:
+                result = self._dispatch(message)
+            except _SelfExit as exc:
+                self._fail_reply(envelope, reply_to, f"exited with reason {format_reason(exc.reason)}")
+                self._finish(exc.reason)
+                return
+            except CallerError:
+                if reply_to is not None:
+                    self._reply(envelope, reply_to, None, sys.exc_info())
+                else:
+                    log.warning("%s: error from a told message, nobody to reply to", self, exc_info=True)
+                continue
+            except BaseException as exc:  # noqa: BLE001 - a crash ends the process with exc
+                exc_info = sys.exc_info()
+                if reply_to is not None:
+                    self._reply(envelope, reply_to, None, exc_info)
+                self._crash(exc, exc_info)
+                return
+            if reply_to is not None:
+                self._reply(envelope, reply_to, result, None)
+
+    def _dispatch(self, message: Any) -> Any:
+        if type(message) is Down and self._monitoring.pop(message.monitor_id, None) is None:
+            return None  # demonitored after the Down was queued: flushed, as demonitor(flush)
+        if (
+            type(message) is Exit
+            and self.trap_exit
+            and message.sender is not None
+            and message.sender.actor_urn == self._parent_urn
+        ):
+            raise _SelfExit(message.reason)
+        return self._handle_receive(message)
+
+    def _reply(self, envelope: Any, reply_to: Any, result: Any, exc_info: Any) -> None:
+        with self._life:
+            mine = self._current is envelope
+            self._current = None
+        if not mine:
+            return  # killed meanwhile: the asker was already told the process is dead
+        if exc_info is None:
+            reply_to.set(result)
+        else:
+            reply_to.set_exception(exc_info=exc_info)
+
+    def _fail_reply(self, envelope: Any, reply_to: Any, why: str) -> None:
+        if reply_to is not None:
+            error = ActorDeadError(f"{self} {why} before replying")
+            self._reply(envelope, reply_to, None, (ActorDeadError, error, None))
+
+    def _finish(self, reason: Reason) -> None:
+        """End by stop, self.exit or an exit signal: on_stop first, then the exit."""
+        try:
+            self.on_stop()
+        except Exception:
+            log.exception("%s: on_stop raised while ending with %s", self, format_reason(reason))
+        self._terminate(reason)
+
+    def _crash(self, exc: BaseException, exc_info: Any) -> None:
+        log.error("%s crashed: %s", self, format_reason(exc), exc_info=exc_info)
+        try:
+            self.on_failure(*exc_info)
+        except Exception:
+            log.exception("%s: on_failure raised", self)
+        self._terminate(exc)
+
+    def _terminate(self, reason: Reason) -> bool:
+        """Mark the process dead and fire its links and monitors. Any thread; runs once."""
+        with self._life:
+            if self._reason is not _ALIVE:
+                return False
+            self._reason = reason
+            links = list(self._links.values())
+            self._links.clear()
+            watchers = list(self._watchers.items())
+            self._watchers.clear()
+            monitoring = list(self._monitoring.items())
+            self._monitoring.clear()
+            current = self._current
+            self._current = None
+        self.actor_stopped.set()
+        _REGISTRY.pop(self.actor_urn, None)
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        self.actor_inbox.close(self._refuse)
+        if current is not None and current.reply_to is not None:
+            current.reply_to.set_exception(
+                exc_info=(ActorDeadError, ActorDeadError(f"{self} was killed while handling it"), None)
+            )
+        if not self._started.is_set():
+            self._start_error = ActorDeadError(f"{self} ended during on_start: {format_reason(reason)}")
+            self._started.set()
+        me = self.actor_ref
+        for ref in links:
+            other = _process_of(ref)
+            if other is not None:
+                other._link_exit(me, reason)
+        for monitor_id, watcher in watchers:
+            try:
+                watcher.tell(Down(monitor_id, me, reason))
+            except ActorDeadError:
+                pass
+        for monitor_id, target_ref in monitoring:
+            target = _process_of(target_ref)
+            if target is not None:
+                target._remove_watcher(monitor_id)
+        self._finished.set()
+        return True
+
+    def _refuse(self, envelope: Any) -> None:
+        reply_to = getattr(envelope, "reply_to", None)
+        if reply_to is None:
+            return
+        if isinstance(envelope.message, _ActorStop):
+            reply_to.set(None)
+        else:
+            error = ActorDeadError(f"{self} ended ({format_reason(self._reason)}) before handling it")
+            reply_to.set_exception(exc_info=(ActorDeadError, error, None))
+
+    def _wait_finished(self, timeout: float | None) -> bool:
+        return self._finished.wait(timeout)
+
+
+class _StartExit(Exception):
+    """on_start called self.exit(reason) with a reason other than normal."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(f"exited during on_start: {format_reason(reason)}")
+        self.reason = reason
