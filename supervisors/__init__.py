@@ -8,6 +8,7 @@ from supervisors.errors import (
     AlreadyPresent,
     AlreadyStarted,
     CallerError,
+    InvalidChildSpec,
     NotFound,
     Restarting,
     Running,
@@ -18,6 +19,7 @@ from supervisors.errors import (
 from supervisors.messages import Down, Exit
 from supervisors.process import Ignore, Process, current_process, exit, exit_reason
 from supervisors.specs import ChildInfo, ChildSpec, SupFlags
+from supervisors.supervisor import Supervisor
 
 __all__ = [
     "AlreadyPresent",
@@ -28,6 +30,7 @@ __all__ = [
     "Down",
     "Exit",
     "Ignore",
+    "InvalidChildSpec",
     "NotFound",
     "Process",
     "Restarting",
@@ -35,6 +38,7 @@ __all__ = [
     "SimpleOneForOne",
     "StartChildError",
     "SupFlags",
+    "Supervisor",
     "SupervisorError",
     "current_process",
     "exit",

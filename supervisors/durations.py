@@ -26,9 +26,7 @@ def parse_duration(value: object, *, allow_zero: bool = True) -> float:
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if not match:
-            raise ValueError(
-                f"expected a duration such as 5, '500ms', '5s' or '2m', got {value!r}"
-            )
+            raise ValueError(f"expected a duration such as 5, '500ms', '5s' or '2m', got {value!r}")
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     else:
         raise ValueError(f"expected a duration such as 5, '500ms', '5s' or '2m', got {value!r}")

@@ -82,3 +82,11 @@ class StartChildError(SupervisorError):
         super().__init__(f"failed to start child {child_id!r}: {format_reason(reason)}")
         self.child_id = child_id
         self.reason = reason
+
+
+class InvalidChildSpec(SupervisorError):
+    """start_child was given a spec this supervisor cannot accept (OTP's {error, {invalid_..}})."""
+
+    def __init__(self, child_id: Any, why: str) -> None:
+        super().__init__(f"invalid child spec {child_id!r}: {why}")
+        self.child_id = child_id

@@ -24,7 +24,7 @@ CLOSED = object()
 class Inbox:
     """Two-lane mailbox; see the module docstring."""
 
-    __slots__ = ("_closed", "_on_drain", "_messages", "_signals")
+    __slots__ = ("_closed", "_messages", "_on_drain", "_signals")
 
     def __init__(self) -> None:
         self._messages: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -70,4 +70,3 @@ class Inbox:
                 on_drain(item)
         if self._closed:
             self._messages.put(CLOSED)
-

@@ -45,7 +45,7 @@ _monitor_ids = itertools.count(1)
 _REGISTRY: dict[str, Process] = {}
 
 
-class Ignore(Exception):  # noqa: N818 - named after OTP's `ignore` return
+class Ignore(Exception):
     """Raise from `on_start()` to decline to start (OTP's `ignore`); `start()` returns None."""
 
 
@@ -76,14 +76,14 @@ def current_process() -> Process | None:
 def _process_of(ref: Any) -> Process | None:
     """Resolve a ref (or a Process) to the live local Process, or None if it has ended."""
     if isinstance(ref, Process):
-        return ref if ref._reason is _ALIVE else None
+        return ref if ref._sv_reason is _ALIVE else None
     urn = getattr(ref, "actor_urn", None)
     if urn is None:
         raise TypeError(f"expected the ActorRef of a supervisors.Process; got {ref!r}")
     return _REGISTRY.get(urn)
 
 
-def exit(ref: Any, reason: Reason) -> None:  # noqa: A001 - Erlang's name, exported on purpose
+def exit(ref: Any, reason: Reason) -> None:
     """Send an exit signal to `ref`, as Erlang's exit/2 does.
 
     "kill" cannot be trapped: the target is dead when this returns, with reason "killed". Other
@@ -95,7 +95,9 @@ def exit(ref: Any, reason: Reason) -> None:  # noqa: A001 - Erlang's name, expor
     if target is None:
         return
     sender = current_process()
-    target._receive_exit(sender.actor_ref if sender is not None else None, reason, via_link=False)
+    target._sv_receive_exit(
+        sender.actor_ref if sender is not None else None, reason, via_link=False
+    )
 
 
 def exit_reason(ref: Any) -> Reason | None:
@@ -103,7 +105,7 @@ def exit_reason(ref: Any) -> Reason | None:
     proc = ref if isinstance(ref, Process) else getattr(ref, "_actor_weakref", lambda: None)()
     if proc is None or not isinstance(proc, Process):
         raise TypeError(f"expected the ActorRef of a supervisors.Process; got {ref!r}")
-    return None if proc._reason is _ALIVE else proc._reason
+    return None if proc._sv_reason is _ALIVE else proc._sv_reason
 
 
 class Process(pykka.ThreadingActor):
@@ -125,17 +127,17 @@ class Process(pykka.ThreadingActor):
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         super().__init__()
-        self._life = threading.Lock()
-        self._reason: Reason = _ALIVE
-        self._links: dict[str, ActorRef[Any]] = {}
-        self._watchers: dict[int, ActorRef[Any]] = {}
-        self._monitoring: dict[int, Any] = {}
-        self._current: Any = None
-        self._started = threading.Event()
-        self._finished = threading.Event()
-        self._start_error: BaseException | None = None
+        self._sv_lock = threading.Lock()
+        self._sv_reason: Reason = _ALIVE
+        self._sv_links: dict[str, ActorRef[Any]] = {}
+        self._sv_watchers: dict[int, ActorRef[Any]] = {}
+        self._sv_monitoring: dict[int, Any] = {}
+        self._sv_current: Any = None
+        self._sv_started = threading.Event()
+        self._sv_finished = threading.Event()
+        self._sv_start_error: BaseException | None = None
         parent = current_process()
-        self._parent_urn: str | None = parent.actor_urn if parent is not None else None
+        self._sv_parent_urn: str | None = parent.actor_urn if parent is not None else None
 
     @staticmethod
     def _create_actor_inbox() -> Inbox:  # type: ignore[override]
@@ -150,7 +152,7 @@ class Process(pykka.ThreadingActor):
         Returns the ActorRef, or None if `on_start()` raised `Ignore`. If `on_start()` raised
         anything else, the process has ended and that exception is raised here.
         """
-        return cls._spawn(args, kwargs, link_to=None)
+        return cls._sv_spawn(args, kwargs, link_to=None)
 
     @classmethod
     def start_link(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:
@@ -165,24 +167,24 @@ class Process(pykka.ThreadingActor):
                 f"{cls.__name__}.start_link() must be called from inside a Process; "
                 "use start() from plain threads"
             )
-        return cls._spawn(args, kwargs, link_to=caller)
+        return cls._sv_spawn(args, kwargs, link_to=caller)
 
     @classmethod
-    def _spawn(cls, args: tuple, kwargs: dict, link_to: Process | None) -> Any:
+    def _sv_spawn(cls, args: tuple, kwargs: dict, link_to: Process | None) -> Any:
         obj = cls(*args, **kwargs)
-        if not isinstance(getattr(obj, "_started", None), threading.Event):
+        if not isinstance(getattr(obj, "_sv_started", None), threading.Event):
             raise TypeError(
                 f"{cls.__name__}.__init__ did not call super().__init__(); Process needs it"
             )
         _REGISTRY[obj.actor_urn] = obj
         if link_to is not None:
-            obj._links[link_to.actor_urn] = link_to.actor_ref
-            with link_to._life:
-                link_to._links[obj.actor_urn] = obj.actor_ref
+            obj._sv_links[link_to.actor_urn] = link_to.actor_ref
+            with link_to._sv_lock:
+                link_to._sv_links[obj.actor_urn] = obj.actor_ref
         pykka.ActorRegistry.register(obj.actor_ref)
         obj._start_actor_loop()
-        obj._started.wait()
-        error = obj._start_error
+        obj._sv_started.wait()
+        error = obj._sv_start_error
         if error is None:
             return obj.actor_ref
         if isinstance(error, Ignore):
@@ -198,38 +200,38 @@ class Process(pykka.ThreadingActor):
             return
         # Ours first: if the target dies right after accepting the link, its exit signal must
         # find the link on our side.
-        with self._life:
-            self._links[ref.actor_urn] = ref
-        if target is None or not target._add_link(self.actor_ref):
-            with self._life:
-                self._links.pop(ref.actor_urn, None)
-            self._receive_exit(ref, NOPROC, via_link=True)
+        with self._sv_lock:
+            self._sv_links[ref.actor_urn] = ref
+        if target is None or not target._sv_add_link(self.actor_ref):
+            with self._sv_lock:
+                self._sv_links.pop(ref.actor_urn, None)
+            self._sv_receive_exit(ref, NOPROC, via_link=True)
 
     def unlink(self, ref: Any) -> None:
         """Remove the link to `ref`, both ways. No exit signal from it arrives after this."""
-        with self._life:
-            self._links.pop(ref.actor_urn, None)
+        with self._sv_lock:
+            self._sv_links.pop(ref.actor_urn, None)
         target = _process_of(ref)
         if target is not None:
-            target._remove_link(self.actor_urn)
+            target._sv_remove_link(self.actor_urn)
 
     def monitor(self, ref: Any) -> int:
         """Watch `ref`; when it ends we receive Down(id, ref, reason). Returns the id."""
         monitor_id = next(_monitor_ids)
-        self._monitoring[monitor_id] = ref
+        self._sv_monitoring[monitor_id] = ref
         target = _process_of(ref)
-        if target is None or not target._add_watcher(monitor_id, self.actor_ref):
-            self._tell_self(Down(monitor_id, ref, NOPROC))
+        if target is None or not target._sv_add_watcher(monitor_id, self.actor_ref):
+            self._sv_tell_self(Down(monitor_id, ref, NOPROC))
         return monitor_id
 
     def demonitor(self, monitor_id: int) -> bool:
         """Stop watching; a Down for this id that is already queued is dropped too."""
-        ref = self._monitoring.pop(monitor_id, None)
+        ref = self._sv_monitoring.pop(monitor_id, None)
         if ref is None:
             return False
         target = _process_of(ref)
         if target is not None:
-            target._remove_watcher(monitor_id)
+            target._sv_remove_watcher(monitor_id)
         return True
 
     def exit(self, reason: Reason = NORMAL) -> None:
@@ -240,7 +242,7 @@ class Process(pykka.ThreadingActor):
         """
         if current_process() is self and reason != KILL:
             raise _SelfExit(reason)
-        self._receive_exit(self.actor_ref, reason, via_link=False)
+        self._sv_receive_exit(self.actor_ref, reason, via_link=False)
 
     def on_kill(self) -> None:
         """Runs in the killer's thread right after this process was killed ("kill" signal).
@@ -253,59 +255,61 @@ class Process(pykka.ThreadingActor):
     @property
     def links(self) -> list[ActorRef[Any]]:
         """The refs this process is linked to now."""
-        with self._life:
-            return list(self._links.values())
+        with self._sv_lock:
+            return list(self._sv_links.values())
 
     # ------------------------------------------------------------ signal delivery internals
 
-    def _add_link(self, ref: ActorRef[Any]) -> bool:
-        with self._life:
-            if self._reason is not _ALIVE:
+    def _sv_add_link(self, ref: ActorRef[Any]) -> bool:
+        with self._sv_lock:
+            if self._sv_reason is not _ALIVE:
                 return False
-            self._links[ref.actor_urn] = ref
+            self._sv_links[ref.actor_urn] = ref
             return True
 
-    def _remove_link(self, urn: str) -> None:
-        with self._life:
-            self._links.pop(urn, None)
+    def _sv_remove_link(self, urn: str) -> None:
+        with self._sv_lock:
+            self._sv_links.pop(urn, None)
 
-    def _add_watcher(self, monitor_id: int, watcher: ActorRef[Any]) -> bool:
-        with self._life:
-            if self._reason is not _ALIVE:
+    def _sv_add_watcher(self, monitor_id: int, watcher: ActorRef[Any]) -> bool:
+        with self._sv_lock:
+            if self._sv_reason is not _ALIVE:
                 return False
-            self._watchers[monitor_id] = watcher
+            self._sv_watchers[monitor_id] = watcher
             return True
 
-    def _remove_watcher(self, monitor_id: int) -> None:
-        with self._life:
-            self._watchers.pop(monitor_id, None)
+    def _sv_remove_watcher(self, monitor_id: int) -> None:
+        with self._sv_lock:
+            self._sv_watchers.pop(monitor_id, None)
 
-    def _link_exit(self, sender: ActorRef[Any], reason: Reason) -> None:
+    def _sv_link_exit(self, sender: ActorRef[Any], reason: Reason) -> None:
         """A linked process ended. Dropped if we unlinked it in the meantime."""
-        with self._life:
-            if self._reason is not _ALIVE or self._links.pop(sender.actor_urn, None) is None:
+        with self._sv_lock:
+            if self._sv_reason is not _ALIVE or self._sv_links.pop(sender.actor_urn, None) is None:
                 return
-        self._receive_exit(sender, reason, via_link=True)
+        self._sv_receive_exit(sender, reason, via_link=True)
 
-    def _receive_exit(self, sender: ActorRef[Any] | None, reason: Reason, *, via_link: bool) -> None:
+    def _sv_receive_exit(
+        self, sender: ActorRef[Any] | None, reason: Reason, *, via_link: bool
+    ) -> None:
         """Apply Erlang's rules to an incoming exit signal. Runs in the sender's thread."""
-        if self._reason is not _ALIVE:
+        if self._sv_reason is not _ALIVE:
             return
         if reason == KILL and not via_link:
-            if self._terminate(KILLED):
+            if self._sv_terminate(KILLED):
                 try:
                     self.on_kill()
                 except Exception:
                     log.exception("%s: on_kill raised", self)
             return
         if self.trap_exit:
-            self._tell_self(Exit(sender, reason))
+            self._sv_tell_self(Exit(sender, reason))
             return
         if reason == NORMAL and (sender is None or sender.actor_urn != self.actor_urn):
             return
         self.actor_inbox.put_signal(_ExitSignal(sender, reason))
 
-    def _tell_self(self, message: Any) -> None:
+    def _sv_tell_self(self, message: Any) -> None:
         try:
             self.actor_ref.tell(message)
         except ActorDeadError:
@@ -318,91 +322,97 @@ class Process(pykka.ThreadingActor):
         try:
             self.on_start()
         except _SelfExit as exc:
-            self._start_failed(Ignore() if exc.reason == NORMAL else _StartExit(exc.reason), exc.reason)
+            self._sv_start_failed(
+                Ignore() if exc.reason == NORMAL else _StartExit(exc.reason), exc.reason
+            )
             return
         except Ignore as exc:
-            self._start_failed(exc, NORMAL)
+            self._sv_start_failed(exc, NORMAL)
             return
-        except BaseException as exc:  # noqa: BLE001 - any failure in on_start is a failed start
-            self._start_failed(exc, exc)
+        except BaseException as exc:
+            self._sv_start_failed(exc, exc)
             return
-        self._started.set()
-        self._run()
+        self._sv_started.set()
+        self._sv_run()
 
-    def _start_failed(self, error: BaseException, reason: Reason) -> None:
-        self._start_error = error
+    def _sv_start_failed(self, error: BaseException, reason: Reason) -> None:
+        self._sv_start_error = error
         # The starter learns of the failure from the exception; it gets no exit signal too.
-        with self._life:
-            links = list(self._links)
-            self._links.clear()
+        with self._sv_lock:
+            links = list(self._sv_links)
+            self._sv_links.clear()
         for urn in links:
             other = _REGISTRY.get(urn)
             if other is not None:
-                other._remove_link(self.actor_urn)
-        self._terminate(reason)
-        self._started.set()
+                other._sv_remove_link(self.actor_urn)
+        self._sv_terminate(reason)
+        self._sv_started.set()
 
-    def _run(self) -> None:
+    def _sv_run(self) -> None:
         inbox = self.actor_inbox
         while True:
             envelope = inbox.get()
-            if self._reason is not _ALIVE:
+            if self._sv_reason is not _ALIVE:
                 return
             if type(envelope) is _ExitSignal:
                 if not self.trap_exit:
-                    self._finish(envelope.reason)
+                    self._sv_finish(envelope.reason)
                     return
                 # Started trapping after the signal was queued: hand it over as a message.
                 message, reply_to = Exit(envelope.sender, envelope.reason), None
             else:
                 message, reply_to = envelope.message, envelope.reply_to
             if isinstance(message, _ActorStop):
-                self._finish(NORMAL)
+                self._sv_finish(NORMAL)
                 if reply_to is not None:
                     reply_to.set(None)
                 return
             if reply_to is not None:
-                with self._life:
-                    if self._reason is not _ALIVE:
+                with self._sv_lock:
+                    if self._sv_reason is not _ALIVE:
                         return
-                    self._current = envelope
+                    self._sv_current = envelope
             try:
-                result = self._dispatch(message)
+                result = self._sv_dispatch(message)
             except _SelfExit as exc:
-                self._fail_reply(envelope, reply_to, f"exited with reason {format_reason(exc.reason)}")
-                self._finish(exc.reason)
+                self._sv_fail_reply(
+                    envelope, reply_to, f"exited with reason {format_reason(exc.reason)}"
+                )
+                self._sv_finish(exc.reason)
                 return
             except CallerError:
                 if reply_to is not None:
-                    self._reply(envelope, reply_to, None, sys.exc_info())
+                    self._sv_reply(envelope, reply_to, None, sys.exc_info())
                 else:
-                    log.warning("%s: error from a told message, nobody to reply to", self, exc_info=True)
+                    log.warning(
+                        "%s: error from a told message, nobody to reply to", self, exc_info=True
+                    )
                 continue
-            except BaseException as exc:  # noqa: BLE001 - a crash ends the process with exc
+            except BaseException as exc:
                 exc_info = sys.exc_info()
                 if reply_to is not None:
-                    self._reply(envelope, reply_to, None, exc_info)
-                self._crash(exc, exc_info)
+                    self._sv_reply(envelope, reply_to, None, exc_info)
+                self._sv_crash(exc, exc_info)
                 return
             if reply_to is not None:
-                self._reply(envelope, reply_to, result, None)
+                self._sv_reply(envelope, reply_to, result, None)
 
-    def _dispatch(self, message: Any) -> Any:
-        if type(message) is Down and self._monitoring.pop(message.monitor_id, None) is None:
+    def _sv_dispatch(self, message: Any) -> Any:
+        if type(message) is Down and self._sv_monitoring.pop(message.monitor_id, None) is None:
             return None  # demonitored after the Down was queued: flushed, as demonitor(flush)
         if (
             type(message) is Exit
             and self.trap_exit
             and message.sender is not None
-            and message.sender.actor_urn == self._parent_urn
+            and message.sender.actor_urn == self._sv_parent_urn
         ):
             raise _SelfExit(message.reason)
         return self._handle_receive(message)
 
-    def _reply(self, envelope: Any, reply_to: Any, result: Any, exc_info: Any) -> None:
-        with self._life:
-            mine = self._current is envelope
-            self._current = None
+    def _sv_reply(self, envelope: Any, reply_to: Any, result: Any, exc_info: Any) -> None:
+        with self._sv_lock:
+            mine = self._sv_current is envelope
+            self._sv_current = None
         if not mine:
             return  # killed meanwhile: the asker was already told the process is dead
         if exc_info is None:
@@ -410,57 +420,63 @@ class Process(pykka.ThreadingActor):
         else:
             reply_to.set_exception(exc_info=exc_info)
 
-    def _fail_reply(self, envelope: Any, reply_to: Any, why: str) -> None:
+    def _sv_fail_reply(self, envelope: Any, reply_to: Any, why: str) -> None:
         if reply_to is not None:
             error = ActorDeadError(f"{self} {why} before replying")
-            self._reply(envelope, reply_to, None, (ActorDeadError, error, None))
+            self._sv_reply(envelope, reply_to, None, (ActorDeadError, error, None))
 
-    def _finish(self, reason: Reason) -> None:
+    def _sv_finish(self, reason: Reason) -> None:
         """End by stop, self.exit or an exit signal: on_stop first, then the exit."""
         try:
             self.on_stop()
         except Exception:
             log.exception("%s: on_stop raised while ending with %s", self, format_reason(reason))
-        self._terminate(reason)
+        self._sv_terminate(reason)
 
-    def _crash(self, exc: BaseException, exc_info: Any) -> None:
+    def _sv_crash(self, exc: BaseException, exc_info: Any) -> None:
         log.error("%s crashed: %s", self, format_reason(exc), exc_info=exc_info)
         try:
             self.on_failure(*exc_info)
         except Exception:
             log.exception("%s: on_failure raised", self)
-        self._terminate(exc)
+        self._sv_terminate(exc)
 
-    def _terminate(self, reason: Reason) -> bool:
+    def _sv_terminate(self, reason: Reason) -> bool:
         """Mark the process dead and fire its links and monitors. Any thread; runs once."""
-        with self._life:
-            if self._reason is not _ALIVE:
+        with self._sv_lock:
+            if self._sv_reason is not _ALIVE:
                 return False
-            self._reason = reason
-            links = list(self._links.values())
-            self._links.clear()
-            watchers = list(self._watchers.items())
-            self._watchers.clear()
-            monitoring = list(self._monitoring.items())
-            self._monitoring.clear()
-            current = self._current
-            self._current = None
+            self._sv_reason = reason
+            links = list(self._sv_links.values())
+            self._sv_links.clear()
+            watchers = list(self._sv_watchers.items())
+            self._sv_watchers.clear()
+            monitoring = list(self._sv_monitoring.items())
+            self._sv_monitoring.clear()
+            current = self._sv_current
+            self._sv_current = None
         self.actor_stopped.set()
         _REGISTRY.pop(self.actor_urn, None)
         pykka.ActorRegistry.unregister(self.actor_ref)
-        self.actor_inbox.close(self._refuse)
+        self.actor_inbox.close(self._sv_refuse)
         if current is not None and current.reply_to is not None:
             current.reply_to.set_exception(
-                exc_info=(ActorDeadError, ActorDeadError(f"{self} was killed while handling it"), None)
+                exc_info=(
+                    ActorDeadError,
+                    ActorDeadError(f"{self} was killed while handling it"),
+                    None,
+                )
             )
-        if not self._started.is_set():
-            self._start_error = ActorDeadError(f"{self} ended during on_start: {format_reason(reason)}")
-            self._started.set()
+        if not self._sv_started.is_set():
+            self._sv_start_error = ActorDeadError(
+                f"{self} ended during on_start: {format_reason(reason)}"
+            )
+            self._sv_started.set()
         me = self.actor_ref
         for ref in links:
             other = _process_of(ref)
             if other is not None:
-                other._link_exit(me, reason)
+                other._sv_link_exit(me, reason)
         for monitor_id, watcher in watchers:
             try:
                 watcher.tell(Down(monitor_id, me, reason))
@@ -469,22 +485,24 @@ class Process(pykka.ThreadingActor):
         for monitor_id, target_ref in monitoring:
             target = _process_of(target_ref)
             if target is not None:
-                target._remove_watcher(monitor_id)
-        self._finished.set()
+                target._sv_remove_watcher(monitor_id)
+        self._sv_finished.set()
         return True
 
-    def _refuse(self, envelope: Any) -> None:
+    def _sv_refuse(self, envelope: Any) -> None:
         reply_to = getattr(envelope, "reply_to", None)
         if reply_to is None:
             return
         if isinstance(envelope.message, _ActorStop):
             reply_to.set(None)
         else:
-            error = ActorDeadError(f"{self} ended ({format_reason(self._reason)}) before handling it")
+            error = ActorDeadError(
+                f"{self} ended ({format_reason(self._sv_reason)}) before handling it"
+            )
             reply_to.set_exception(exc_info=(ActorDeadError, error, None))
 
-    def _wait_finished(self, timeout: float | None) -> bool:
-        return self._finished.wait(timeout)
+    def _sv_wait_finished(self, timeout: float | None) -> bool:
+        return self._sv_finished.wait(timeout)
 
 
 class _StartExit(Exception):

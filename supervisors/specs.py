@@ -41,7 +41,9 @@ class SupFlags:
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
+            raise ValueError(
+                f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}"
+            )
         if isinstance(self.intensity, bool) or not isinstance(self.intensity, int):
             raise TypeError(f"intensity must be an int >= 0; got {self.intensity!r}")
         if self.intensity < 0:
@@ -109,7 +111,9 @@ class ChildSpec:
                 f"child {self.id!r}: type must be 'worker' or 'supervisor'; got {self.type!r}"
             )
         if not isinstance(self.significant, bool):
-            raise TypeError(f"child {self.id!r}: significant must be a bool; got {self.significant!r}")
+            raise TypeError(
+                f"child {self.id!r}: significant must be a bool; got {self.significant!r}"
+            )
         if self.significant and self.restart == "permanent":
             raise ValueError(
                 f"child {self.id!r}: bad combination: a significant child cannot be permanent "
@@ -122,7 +126,9 @@ class ChildSpec:
             object.__setattr__(self, "shutdown", _check_shutdown(shutdown))
         except ValueError as exc:
             raise ValueError(f"child {self.id!r}: {exc}") from None
-        object.__setattr__(self, "start", _normalise_start(self.id, self.start, self.args, self.kwargs))
+        object.__setattr__(
+            self, "start", _normalise_start(self.id, self.start, self.args, self.kwargs)
+        )
         object.__setattr__(self, "args", ())
         object.__setattr__(self, "kwargs", {})
 
@@ -160,7 +166,9 @@ def _normalise_start(child_id: Hashable, start: Any, args: tuple, kwargs: dict) 
         return (cls, tuple(a) + tuple(args), {**kw, **kwargs})
     if callable(start):
         if args or kwargs:
-            raise TypeError(f"child {child_id!r}: args/kwargs go with a class start, not a callable")
+            raise TypeError(
+                f"child {child_id!r}: args/kwargs go with a class start, not a callable"
+            )
         return start
     raise TypeError(
         f"child {child_id!r}: start must be a Process subclass, a (cls, args, kwargs) triple or a "

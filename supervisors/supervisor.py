@@ -1,0 +1,499 @@
+"""Supervisor: OTP's supervisor behaviour as a trapping Process.
+
+Children start left to right and stop right to left. A child that ends is restarted according
+to its restart type and the strategy; more than `intensity` restarts within `period` seconds
+make the supervisor stop every child and exit with "shutdown", so that its own supervisor
+decides. API errors (AlreadyStarted, NotFound, ...) are replies: the supervisor keeps running.
+
+All state lives in the supervisor's own thread: children's exits arrive as Exit messages and API
+calls arrive as asks, in one mailbox, so they are handled one at a time and in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from pykka import ActorRef
+
+from supervisors.errors import (
+    AlreadyPresent,
+    AlreadyStarted,
+    InvalidChildSpec,
+    NotFound,
+    Restarting,
+    Running,
+    SimpleOneForOne,
+    StartChildError,
+)
+from supervisors.intensity import RestartIntensity
+from supervisors.messages import Exit
+from supervisors.process import Ignore, Process, _process_of, _SelfExit, exit
+from supervisors.reasons import KILL, SHUTDOWN, Reason, is_clean_exit
+from supervisors.report import report
+from supervisors.specs import ChildInfo, ChildSpec, SupFlags
+
+RESTARTING = "restarting"
+_naming = threading.local()  # the child id a parent is starting, to name a child supervisor
+
+
+class _Child:
+    """A child's spec and state: ref is an ActorRef, None (not running) or RESTARTING."""
+
+    __slots__ = ("extra", "key", "ref", "spec")
+
+    def __init__(self, key: Hashable, spec: ChildSpec, extra: tuple = ()) -> None:
+        self.key = key
+        self.spec = spec
+        self.ref: Any = None
+        self.extra = extra
+
+
+class _TryAgain:
+    """A restart that failed is retried through the mailbox, so API calls can interleave."""
+
+    __slots__ = ("child",)
+
+    def __init__(self, child: _Child) -> None:
+        self.child = child
+
+
+class Supervisor(Process):
+    """A supervisor. Start it with `Supervisor.start(flags, children)` or subclass it and
+    override `init()`.
+
+    The proxy (`ref.proxy()`) offers the OTP API: start_child, terminate_child, restart_child,
+    delete_child, which_children, count_children and get_childspec.
+    """
+
+    trap_exit = True
+
+    def __init__(
+        self,
+        flags: SupFlags | None = None,
+        children: Iterable[ChildSpec] = (),
+        *,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        self._init_flags = flags
+        self._init_children = list(children)
+        self.name = name or str(getattr(_naming, "child_id", None) or type(self).__name__)
+        self._flags = SupFlags()
+        self._intensity = RestartIntensity(1, 5.0)
+        self._children: list[_Child] = []  # static children, in start order
+        self._dynamic: dict[int, _Child] = {}  # simple_one_for_one children, in start order
+        self._template: ChildSpec | None = None
+        self._by_urn: dict[str, _Child] = {}
+        self._dynamic_keys = itertools.count()
+
+    @classmethod
+    def start(  # type: ignore[override]
+        cls, flags: SupFlags | None = None, children: Iterable[ChildSpec] = (), **kwargs: Any
+    ) -> ActorRef[Any]:
+        """Start the supervisor and all its children; returns once every child has started.
+
+        If a child fails to start, the children already started are stopped in reverse order
+        and StartChildError (naming the child) is raised. Subclasses that override `init()`
+        may take their own arguments.
+        """
+        if cls is Supervisor:
+            return cls._sv_spawn((flags, children), kwargs, link_to=None)
+        args = tuple(a for a in (flags, children) if a not in (None, ()))
+        return cls._sv_spawn(args, kwargs, link_to=None)
+
+    def init(self) -> tuple[SupFlags, list[ChildSpec]] | None:
+        """Return (flags, children). Override in subclasses; return None to not start
+        (OTP's `ignore`: `start()` then returns None)."""
+        return (self._init_flags or SupFlags(), self._init_children)
+
+    # ------------------------------------------------------------------------ start-up
+
+    def on_start(self) -> None:
+        result = self.init()
+        if result is None:
+            raise Ignore()
+        flags, specs = result
+        if not isinstance(flags, SupFlags):
+            raise TypeError(f"supervisor {self.name}: flags must be a SupFlags; got {flags!r}")
+        specs = list(specs)
+        _check_specs(self.name, flags, specs)
+        self._flags = flags
+        self._intensity = RestartIntensity(flags.intensity, flags.period)
+        if flags.strategy == "simple_one_for_one":
+            self._template = specs[0]
+            return
+        self._children = [_Child(spec.id, spec) for spec in specs]
+        for child in list(self._children):
+            try:
+                self._start(child)
+            except StartChildError:
+                self._children.remove(child)
+                self._stop_static_children()
+                raise
+            if child.ref is None and child.spec.restart == "temporary":
+                self._children.remove(child)  # an ignored temporary child leaves no spec
+
+    @property
+    def _simple(self) -> bool:
+        return self._template is not None
+
+    def _start(self, child: _Child) -> Any:
+        """Start one child, linked to us. Raises StartChildError; None means it ignored."""
+        spec = child.spec
+        _naming.child_id = spec.id
+        try:
+            if isinstance(spec.start, tuple):
+                cls, args, kwargs = spec.start
+                ref = cls._sv_spawn(args + child.extra, kwargs, link_to=self)
+            else:
+                ref = spec.start(*child.extra)
+                if ref is not None:
+                    self._adopt(spec.id, ref)
+        except _SelfExit:
+            raise
+        except BaseException as exc:
+            report("start_error", self.name, spec.id, reason=exc)
+            raise StartChildError(spec.id, exc) from exc
+        finally:
+            _naming.child_id = None
+        if spec.restart == "temporary":
+            child.extra = ()  # OTP keeps no start args for temporary children
+        child.ref = ref
+        if ref is not None:
+            self._by_urn[ref.actor_urn] = child
+            report("child_started", self.name, spec.id, ref=ref.actor_urn, restart=spec.restart)
+        return ref
+
+    def _adopt(self, child_id: Hashable, ref: Any) -> None:
+        """Link to a child that a start callable started, and become its parent."""
+        if not isinstance(ref, ActorRef):
+            raise TypeError(
+                f"start callable for {child_id!r} must return an ActorRef or None; got {ref!r}"
+            )
+        proc = _process_of(ref)
+        if proc is not None:
+            proc._sv_parent_urn = self.actor_urn
+        elif not issubclass(ref.actor_class, Process):
+            raise TypeError(
+                f"start callable for {child_id!r} returned a {ref.actor_class.__name__}, which is "
+                "not a supervisors.Process; plain pykka actors cannot be linked"
+            )
+        self.link(ref)  # a child already dead arrives as Exit(ref, "noproc"): a crash
+
+    # ------------------------------------------------------------------- child exits
+
+    def on_receive(self, message: Any) -> Any:
+        if type(message) is Exit:
+            child = self._by_urn.pop(message.sender.actor_urn, None) if message.sender else None
+            if child is not None:
+                self._child_exited(child, message.reason)
+            return None
+        if type(message) is _TryAgain:
+            child = message.child
+            if child.ref == RESTARTING and self._owns(child):
+                self._restart(child, None)
+            return None
+        return super().on_receive(message)
+
+    def _owns(self, child: _Child) -> bool:
+        if self._simple:
+            return self._dynamic.get(child.key) is child  # type: ignore[arg-type]
+        return any(c is child for c in self._children)
+
+    def _child_exited(self, child: _Child, reason: Reason) -> None:
+        spec = child.spec
+        clean = is_clean_exit(reason)
+        report("child_exited" if clean else "child_crashed", self.name, spec.id, reason=reason)
+        if spec.restart == "permanent" or (spec.restart == "transient" and not clean):
+            self._restart(child, reason)
+            return
+        self._forget(child)
+        if spec.significant:
+            self._check_auto_shutdown()
+
+    def _forget(self, child: _Child) -> None:
+        """A child that ended for good: temporary and dynamic children lose their entry."""
+        child.ref = None
+        if self._simple:
+            self._dynamic.pop(child.key, None)  # type: ignore[arg-type]
+        elif child.spec.restart == "temporary":
+            self._children = [c for c in self._children if c is not child]
+
+    def _check_auto_shutdown(self) -> None:
+        mode = self._flags.auto_shutdown
+        if mode == "never":
+            return
+        if mode == "all_significant" and any(
+            c.spec.significant and isinstance(c.ref, ActorRef) for c in self._children
+        ):
+            return
+        report("auto_shutdown", self.name, mode=mode)
+        self.exit(SHUTDOWN)
+
+    def _restart(self, child: _Child, reason: Reason) -> None:
+        if not self._intensity.add_restart(time.monotonic()):
+            report(
+                "reached_max_restart_intensity",
+                self.name,
+                child.spec.id,
+                reason=reason,
+                intensity=self._flags.intensity,
+                period=self._flags.period,
+            )
+            if self._simple:
+                self._forget(child)
+            else:
+                child.ref = None
+            self.exit(SHUTDOWN)
+        strategy = self._flags.strategy
+        if strategy in ("one_for_one", "simple_one_for_one"):
+            self._start_group([child], child)
+            return
+        index = self._children.index(child)
+        affected = self._children if strategy == "one_for_all" else self._children[index:]
+        for other in reversed(list(affected)):
+            if other is not child:
+                self._stop_child(other)  # temporary bystanders are dropped, not restarted
+        index = self._children.index(child)
+        group = list(self._children) if strategy == "one_for_all" else self._children[index:]
+        self._start_group(group, child)
+
+    def _start_group(self, group: list[_Child], trigger: _Child) -> None:
+        for member in group:
+            try:
+                ref = self._start(member)
+            except StartChildError:
+                member.ref = RESTARTING
+                self._sv_tell_self(_TryAgain(member))
+                return
+            if ref is None and self._simple:
+                self._dynamic.pop(member.key, None)  # type: ignore[arg-type]
+            elif ref is not None:
+                report(
+                    "child_restarted",
+                    self.name,
+                    member.spec.id,
+                    ref=ref.actor_urn,
+                    trigger=trigger.spec.id,
+                )
+
+    # ------------------------------------------------------------------- termination
+
+    def _stop_child(self, child: _Child) -> None:
+        """Stop one child per its shutdown spec; a temporary one also loses its spec."""
+        ref = child.ref
+        child.ref = None
+        if child.spec.restart == "temporary" and not self._simple:
+            self._children = [c for c in self._children if c is not child]
+        if not isinstance(ref, ActorRef):
+            return
+        self._by_urn.pop(ref.actor_urn, None)
+        self.unlink(ref)
+        proc = _process_of(ref)
+        if proc is None:
+            return  # it ended on its own just now; its Exit, if queued, is ignored
+        reason = _shutdown(proc, ref, child.spec.shutdown)
+        self._report_shutdown(child, reason)
+
+    def _report_shutdown(self, child: _Child, reason: Reason) -> None:
+        expected = "killed" if child.spec.shutdown == "brutal_kill" else SHUTDOWN
+        if reason == expected:
+            report("shutdown", self.name, child.spec.id, reason=reason)
+        else:
+            report("shutdown_error", self.name, child.spec.id, reason=reason)
+
+    def _stop_static_children(self) -> None:
+        for child in reversed(list(self._children)):
+            self._stop_child(child)
+
+    def _stop_dynamic_children(self) -> None:
+        """simple_one_for_one: stop all children at once, in no defined order (as OTP)."""
+        children = [c for c in self._dynamic.values() if isinstance(c.ref, ActorRef)]
+        self._dynamic.clear()
+        shutdown = self._template.shutdown if self._template else 5.0
+        pending = []
+        for child in children:
+            self._by_urn.pop(child.ref.actor_urn, None)
+            self.unlink(child.ref)
+            proc = _process_of(child.ref)
+            if proc is not None:
+                exit(child.ref, KILL if shutdown == "brutal_kill" else SHUTDOWN)
+                pending.append((child, proc))
+        deadline = None if shutdown in ("infinity", "brutal_kill") else time.monotonic() + shutdown
+        for child, proc in pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not proc._sv_wait_finished(remaining):
+                exit(proc.actor_ref, KILL)
+                proc._sv_wait_finished(None)
+            self._report_shutdown(child, proc._sv_reason)
+
+    def on_stop(self) -> None:
+        """Stop the children, last started first, each per its shutdown spec."""
+        if self._simple:
+            self._stop_dynamic_children()
+        else:
+            self._stop_static_children()
+
+    # ---------------------------------------------------------------------- the API
+
+    def start_child(self, spec_or_args: ChildSpec | list | tuple = ()) -> Any:
+        """Add and start a child. Static: pass a ChildSpec. simple_one_for_one: pass a list of
+        extra args, appended to the template's args. Returns the ref (None if it ignored)."""
+        if self._simple:
+            if not isinstance(spec_or_args, list | tuple):
+                raise InvalidChildSpec(
+                    None,
+                    f"simple_one_for_one start_child takes a list of extra args; got {spec_or_args!r}",
+                )
+            assert self._template is not None
+            child = _Child(next(self._dynamic_keys), self._template, tuple(spec_or_args))
+            ref = self._start(child)
+            if ref is not None:
+                self._dynamic[child.key] = child  # type: ignore[index]
+            return ref
+        spec = spec_or_args
+        if not isinstance(spec, ChildSpec):
+            raise InvalidChildSpec(None, f"expected a ChildSpec; got {spec!r}")
+        if spec.significant and self._flags.auto_shutdown == "never":
+            raise InvalidChildSpec(
+                spec.id, "bad combination: significant child under auto_shutdown 'never'"
+            )
+        existing = self._find(spec.id)
+        if existing is not None:
+            if isinstance(existing.ref, ActorRef):
+                raise AlreadyStarted(spec.id, existing.ref)
+            raise AlreadyPresent(spec.id)
+        child = _Child(spec.id, spec)
+        ref = self._start(child)
+        if ref is not None or spec.restart != "temporary":
+            self._children.append(child)
+        return ref
+
+    def terminate_child(self, child_id: Any) -> None:
+        """Stop a child per its shutdown spec. Static: by id (the spec is kept, except for a
+        temporary child). simple_one_for_one: by ref; the child is removed."""
+        if self._simple:
+            if not isinstance(child_id, ActorRef):
+                raise SimpleOneForOne("terminate_child by id (pass the child's ref)")
+            child = self._by_urn.get(child_id.actor_urn)
+            if child is None:
+                raise NotFound(child_id)
+            self._stop_child(child)
+            self._dynamic.pop(child.key, None)  # type: ignore[arg-type]
+            return
+        child = self._find(child_id)
+        if child is None:
+            raise NotFound(child_id)
+        self._stop_child(child)
+
+    def restart_child(self, child_id: Hashable) -> Any:
+        """Start a static child that was terminated. Returns its new ref."""
+        if self._simple:
+            raise SimpleOneForOne("restart_child")
+        child = self._find(child_id)
+        if child is None:
+            raise NotFound(child_id)
+        if child.ref == RESTARTING:
+            raise Restarting(child_id)
+        if isinstance(child.ref, ActorRef):
+            raise Running(child_id)
+        return self._start(child)
+
+    def delete_child(self, child_id: Hashable) -> None:
+        """Remove the spec of a static child that is not running."""
+        if self._simple:
+            raise SimpleOneForOne("delete_child")
+        child = self._find(child_id)
+        if child is None:
+            raise NotFound(child_id)
+        if child.ref == RESTARTING:
+            raise Restarting(child_id)
+        if isinstance(child.ref, ActorRef):
+            raise Running(child_id)
+        self._children = [c for c in self._children if c is not child]
+
+    def which_children(self) -> list[ChildInfo]:
+        """One ChildInfo(id, ref | None | "restarting", type) per child, in start order."""
+        if self._simple:
+            kind = self._template.type  # type: ignore[union-attr]
+            return [ChildInfo(None, c.ref, kind) for c in self._dynamic.values()]
+        return [ChildInfo(c.spec.id, c.ref, c.spec.type) for c in self._children]
+
+    def count_children(self) -> dict[str, int]:
+        """{"specs", "active", "supervisors", "workers"}, counted as OTP does."""
+        if self._simple:
+            kind = self._template.type  # type: ignore[union-attr]
+            total = len(self._dynamic)
+            active = sum(1 for c in self._dynamic.values() if _is_alive(c.ref))
+            return {
+                "specs": 1,
+                "active": active,
+                "supervisors": total if kind == "supervisor" else 0,
+                "workers": total if kind == "worker" else 0,
+            }
+        return {
+            "specs": len(self._children),
+            "active": sum(1 for c in self._children if _is_alive(c.ref)),
+            "supervisors": sum(1 for c in self._children if c.spec.type == "supervisor"),
+            "workers": sum(1 for c in self._children if c.spec.type == "worker"),
+        }
+
+    def get_childspec(self, child_id: Any) -> ChildSpec:
+        """The spec of a child: by id, or by ref under simple_one_for_one."""
+        if self._simple:
+            if isinstance(child_id, ActorRef) and child_id.actor_urn in self._by_urn:
+                return self._template  # type: ignore[return-value]
+            raise NotFound(child_id)
+        child = self._find(child_id)
+        if child is None:
+            raise NotFound(child_id)
+        return child.spec
+
+    def _find(self, child_id: Hashable) -> _Child | None:
+        for child in self._children:
+            if child.spec.id == child_id:
+                return child
+        return None
+
+
+def _is_alive(ref: Any) -> bool:
+    return isinstance(ref, ActorRef) and ref.is_alive()
+
+
+def _shutdown(proc: Process, ref: ActorRef[Any], shutdown: Any) -> Reason:
+    """Stop one process: kill, or "shutdown" then kill after the timeout, or wait forever."""
+    if shutdown == "brutal_kill":
+        exit(ref, KILL)
+    else:
+        exit(ref, SHUTDOWN)
+        timeout = None if shutdown == "infinity" else float(shutdown)
+        if not proc._sv_wait_finished(timeout):
+            exit(ref, KILL)
+    proc._sv_wait_finished(None)
+    return proc._sv_reason
+
+
+def _check_specs(name: str, flags: SupFlags, specs: list[ChildSpec]) -> None:
+    """OTP's init-time checks: types, unique ids, one spec for simple_one_for_one, and no
+    significant children under auto_shutdown never."""
+    seen: set[Any] = set()
+    for spec in specs:
+        if not isinstance(spec, ChildSpec):
+            raise TypeError(f"supervisor {name}: children must be ChildSpec objects; got {spec!r}")
+        if spec.id in seen:
+            raise ValueError(f"supervisor {name}: duplicate child id {spec.id!r}")
+        seen.add(spec.id)
+        if spec.significant and flags.auto_shutdown == "never":
+            raise ValueError(
+                f"supervisor {name}: bad combination: child {spec.id!r} is significant but "
+                "auto_shutdown is 'never'"
+            )
+    if flags.strategy == "simple_one_for_one" and len(specs) != 1:
+        raise ValueError(
+            f"supervisor {name}: simple_one_for_one needs exactly one child spec (the template); "
+            f"got {len(specs)}"
+        )
