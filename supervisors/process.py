@@ -16,6 +16,7 @@ of another's death. Process replaces pykka's receive loop so that:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sys
@@ -310,10 +311,8 @@ class Process(pykka.ThreadingActor):
         self.actor_inbox.put_signal(_ExitSignal(sender, reason))
 
     def _sv_tell_self(self, message: Any) -> None:
-        try:
+        with contextlib.suppress(ActorDeadError):
             self.actor_ref.tell(message)
-        except ActorDeadError:
-            pass
 
     # ------------------------------------------------------------------------- the loop
 
@@ -478,10 +477,8 @@ class Process(pykka.ThreadingActor):
             if other is not None:
                 other._sv_link_exit(me, reason)
         for monitor_id, watcher in watchers:
-            try:
+            with contextlib.suppress(ActorDeadError):
                 watcher.tell(Down(monitor_id, me, reason))
-            except ActorDeadError:
-                pass
         for monitor_id, target_ref in monitoring:
             target = _process_of(target_ref)
             if target is not None:
