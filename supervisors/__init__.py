@@ -17,6 +17,7 @@ from supervisors.errors import (
     SupervisorError,
 )
 from supervisors.messages import Down, Exit
+from supervisors.osprocess import OsProcess, OsProcessExited, OsProcessStartError
 from supervisors.process import Ignore, Process, current_process, exit, exit_reason
 from supervisors.specs import ChildInfo, ChildSpec, SupFlags
 from supervisors.supervisor import Supervisor
@@ -32,6 +33,9 @@ __all__ = [
     "Ignore",
     "InvalidChildSpec",
     "NotFound",
+    "OsProcess",
+    "OsProcessExited",
+    "OsProcessStartError",
     "Process",
     "Restarting",
     "Running",
