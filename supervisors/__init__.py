@@ -19,8 +19,10 @@ from supervisors.errors import (
 from supervisors.messages import Down, Exit
 from supervisors.osprocess import OsProcess, OsProcessExited, OsProcessStartError
 from supervisors.process import Ignore, Process, current_process, exit, exit_reason
+from supervisors.reasons import format_reason
 from supervisors.specs import ChildInfo, ChildSpec, SupFlags
 from supervisors.supervisor import Supervisor
+from supervisors.tree import TreeConfigError, TreeSpec, format_tree, load_tree, start_tree
 
 __all__ = [
     "AlreadyPresent",
@@ -44,7 +46,13 @@ __all__ = [
     "SupFlags",
     "Supervisor",
     "SupervisorError",
+    "TreeConfigError",
+    "TreeSpec",
     "current_process",
     "exit",
     "exit_reason",
+    "format_reason",
+    "format_tree",
+    "load_tree",
+    "start_tree",
 ]

@@ -1,0 +1,164 @@
+"""Small worker processes for the example trees in examples/ (hello-tree.yaml and friends).
+
+They are here, inside the installed package, so that `start: "rabbitry.examples_workers:Greeter"`
+works from any directory after `pip install -e .`. Each shows one thing:
+
+- Greeter logs a greeting every `every` seconds (a periodic action done with a timer that tells
+  the process a message, and that is cancelled when the process stops);
+- Flaky does the same and crashes on purpose after `crash_after` seconds, so that you can watch
+  its supervisor report the crash and restart it;
+- Idle does nothing at all until it is stopped: a placeholder child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from pykka import ActorDeadError
+
+from supervisors.durations import parse_duration
+from supervisors.process import Process
+
+log = logging.getLogger("rabbitry.examples")
+
+
+class _Tick:
+    """The message a Periodic process's timer sends it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<tick>"
+
+
+_TICK = _Tick()
+
+
+class Periodic(Process):
+    """A Process that calls `tick()` every `every` seconds, in its own thread.
+
+    The timer only tells the process a message, so `tick()` runs like any other handler: an
+    exception in it crashes the process. The pending timer is cancelled when the process stops,
+    however it stops.
+    """
+
+    def __init__(self, every: float | str = 1.0) -> None:
+        super().__init__()
+        self.every = parse_duration(every, allow_zero=False)
+        self.ticks = 0
+        self._timer: threading.Timer | None = None
+        self._timer_lock = threading.Lock()
+        self._stopped = False
+
+    def on_start(self) -> None:
+        self._schedule()
+
+    def on_receive(self, message: Any) -> Any:
+        if message is _TICK:
+            self.ticks += 1
+            self.tick()
+            self._schedule()
+            return None
+        return self.handle(message)
+
+    def tick(self) -> None:
+        """Override: the periodic action."""
+
+    def handle(self, message: Any) -> Any:
+        """Override to handle messages other than the timer's."""
+        log.warning("%s: unexpected message %r", self, message)
+
+    def on_stop(self) -> None:
+        self._cancel()
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        self._cancel()
+
+    def on_kill(self) -> None:
+        self._cancel()
+
+    def _schedule(self) -> None:
+        with self._timer_lock:
+            if self._stopped:
+                return
+            timer = threading.Timer(self.every, self._fire)
+            timer.daemon = True
+            self._timer = timer
+            timer.start()
+
+    def _cancel(self) -> None:
+        with self._timer_lock:
+            self._stopped = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _fire(self) -> None:
+        # ActorDeadError: it stopped between the timer firing and the tell; nothing to do.
+        with contextlib.suppress(ActorDeadError):
+            self.actor_ref.tell(_TICK)
+
+
+class Greeter(Periodic):
+    """Logs "hello, <name>!" every `every` seconds (a number, or "500ms", "1s", ...)."""
+
+    def __init__(
+        self, name: str = "world", every: float | str = 1.0, greeting: str = "hello"
+    ) -> None:
+        super().__init__(every)
+        self.name = name
+        self.greeting = greeting
+
+    def on_start(self) -> None:
+        log.info("greeter %s: started, greeting every %gs", self.name, self.every)
+        super().on_start()
+
+    def tick(self) -> None:
+        log.info("%s, %s! (greeting #%d)", self.greeting, self.name, self.ticks)
+
+    def on_stop(self) -> None:
+        super().on_stop()
+        log.info("greeter %s: stopped after %d greetings", self.name, self.ticks)
+
+
+class FlakyCrash(RuntimeError):
+    """The exception Flaky crashes with, so that it is easy to tell apart from a real bug."""
+
+
+class Flaky(Periodic):
+    """Works (logs a line every `every` seconds) and crashes after `crash_after` seconds.
+
+    The crash is an ordinary exception escaping a handler, so the process ends with it as the
+    exit reason and its supervisor restarts it (if its restart type says so). Each new instance
+    starts counting afresh.
+    """
+
+    def __init__(
+        self, name: str = "flaky", crash_after: float | str = 4.0, every: float | str = 1.0
+    ) -> None:
+        super().__init__(every)
+        self.name = name
+        self.crash_after = parse_duration(crash_after, allow_zero=False)
+        self._elapsed = 0.0
+
+    def on_start(self) -> None:
+        log.info("%s: started; I will crash in %gs (on purpose)", self.name, self.crash_after)
+        super().on_start()
+
+    def tick(self) -> None:
+        self._elapsed += self.every
+        if self._elapsed >= self.crash_after:
+            raise FlakyCrash(f"{self.name}: crashing on purpose after {self._elapsed:g}s")
+        log.info(
+            "%s: working (%gs until my next crash)", self.name, self.crash_after - self._elapsed
+        )
+
+
+class Idle(Process):
+    """Does nothing until stopped. Useful as a placeholder child in a tree file."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        super().__init__()
