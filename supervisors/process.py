@@ -236,12 +236,14 @@ class Process(pykka.ThreadingActor):
         return True
 
     def exit(self, reason: Reason = NORMAL) -> None:
-        """End this process with `reason`. `on_stop()` runs (unless the reason is "kill").
+        """End this process with `reason`.
 
-        From inside a handler this unwinds the handler at once. From another thread it acts as
-        an exit signal sent by the process to itself, so even "normal" ends it.
+        From inside a handler this is Erlang's exit/1: the handler unwinds at once, `on_stop()`
+        runs and `reason` is the exit reason, even "kill", which links then carry as an
+        ordinary, trappable signal. From another thread it is exit(self(), reason): an exit
+        signal the process sends itself, so even "normal" ends it and "kill" kills it.
         """
-        if current_process() is self and reason != KILL:
+        if current_process() is self:
             raise _SelfExit(reason)
         self._sv_receive_exit(self.actor_ref, reason, via_link=False)
 
@@ -466,7 +468,9 @@ class Process(pykka.ThreadingActor):
                     None,
                 )
             )
-        if not self._sv_started.is_set():
+        if not self._sv_started.is_set() and self._sv_start_error is None:
+            # Killed during on_start. A failed on_start has set its own error already, and
+            # start() must raise that, not this.
             self._sv_start_error = ActorDeadError(
                 f"{self} ended during on_start: {format_reason(reason)}"
             )

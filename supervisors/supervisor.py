@@ -41,14 +41,18 @@ _naming = threading.local()  # the child id a parent is starting, to name a chil
 
 
 class _Child:
-    """A child's spec and state: ref is an ActorRef, None (not running) or RESTARTING."""
+    """A child's spec and state: ref is an ActorRef, None (not running) or RESTARTING.
 
-    __slots__ = ("extra", "key", "ref", "spec")
+    `last` is the last ActorRef it ran as: a simple_one_for_one child that is restarting is
+    still known to callers by that ref (OTP's {restarting, OldPid})."""
+
+    __slots__ = ("extra", "key", "last", "ref", "spec")
 
     def __init__(self, key: Hashable, spec: ChildSpec, extra: tuple = ()) -> None:
         self.key = key
         self.spec = spec
         self.ref: Any = None
+        self.last: Any = None
         self.extra = extra
 
 
@@ -164,6 +168,7 @@ class Supervisor(Process):
             child.extra = ()  # OTP keeps no start args for temporary children
         child.ref = ref
         if ref is not None:
+            child.last = ref
             self._by_urn[ref.actor_urn] = child
             report("child_started", self.name, spec.id, ref=ref.actor_urn, restart=spec.restart)
         return ref
@@ -379,9 +384,11 @@ class Supervisor(Process):
         if self._simple:
             if not isinstance(child_id, ActorRef):
                 raise SimpleOneForOne("terminate_child by id (pass the child's ref)")
-            child = self._by_urn.get(child_id.actor_urn)
+            child = self._by_urn.get(child_id.actor_urn) or self._restarting(child_id)
             if child is None:
-                raise NotFound(child_id)
+                if _is_alive(child_id):
+                    raise NotFound(child_id)
+                return  # as OTP: a process that no longer exists needs no terminating
             self._stop_child(child)
             self._dynamic.pop(child.key, None)  # type: ignore[arg-type]
             return
@@ -452,6 +459,14 @@ class Supervisor(Process):
         if child is None:
             raise NotFound(child_id)
         return child.spec
+
+    def _restarting(self, ref: ActorRef[Any]) -> _Child | None:
+        """The simple_one_for_one child between restart attempts that last ran as `ref`."""
+        for child in self._dynamic.values():
+            if child.ref == RESTARTING and child.last is not None:
+                if child.last.actor_urn == ref.actor_urn:
+                    return child
+        return None
 
     def _find(self, child_id: Hashable) -> _Child | None:
         for child in self._children:
