@@ -137,8 +137,9 @@ class Process(pykka.ThreadingActor):
         self._sv_started = threading.Event()
         self._sv_finished = threading.Event()
         self._sv_start_error: BaseException | None = None
-        parent = current_process()
-        self._sv_parent_urn: str | None = parent.actor_urn if parent is not None else None
+        # The parent is whoever links us at start (start_link, a supervisor); an unlinked
+        # start() has none, as an unlinked gen_server is its own parent in OTP.
+        self._sv_parent_urn: str | None = None
 
     @staticmethod
     def _create_actor_inbox() -> Inbox:  # type: ignore[override]
@@ -179,6 +180,7 @@ class Process(pykka.ThreadingActor):
             )
         _REGISTRY[obj.actor_urn] = obj
         if link_to is not None:
+            obj._sv_parent_urn = link_to.actor_urn
             obj._sv_links[link_to.actor_urn] = link_to.actor_ref
             with link_to._sv_lock:
                 link_to._sv_links[obj.actor_urn] = obj.actor_ref

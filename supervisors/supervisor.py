@@ -11,6 +11,7 @@ calls arrive as asks, in one mailbox, so they are handled one at a time and in o
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -120,6 +121,11 @@ class Supervisor(Process):
         result = self.init()
         if result is None:
             raise Ignore()
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(
+                f"supervisor {self.name}: init() must return (SupFlags, [ChildSpec, ...]) or "
+                f"None; got {result!r}"
+            )
         flags, specs = result
         if not isinstance(flags, SupFlags):
             raise TypeError(f"supervisor {self.name}: flags must be a SupFlags; got {flags!r}")
@@ -165,7 +171,10 @@ class Supervisor(Process):
         finally:
             _naming.child_id = None
         if spec.restart == "temporary":
-            child.extra = ()  # OTP keeps no start args for temporary children
+            # OTP keeps no start args for temporary children: they are never restarted.
+            child.extra = ()
+            if isinstance(spec.start, tuple) and (spec.start[1] or spec.start[2]):
+                child.spec = dataclasses.replace(spec, start=(spec.start[0], (), {}))
         child.ref = ref
         if ref is not None:
             child.last = ref
@@ -336,6 +345,10 @@ class Supervisor(Process):
                 proc._sv_wait_finished(None)
             self._report_shutdown(child, proc._sv_reason)
 
+    def on_failure(self, *exc_info: Any) -> None:
+        """A crash in the supervisor's own machinery still stops the children in order."""
+        self.on_stop()
+
     def on_stop(self) -> None:
         """Stop the children, last started first, each per its shutdown spec."""
         if self._simple:
@@ -463,9 +476,9 @@ class Supervisor(Process):
     def _restarting(self, ref: ActorRef[Any]) -> _Child | None:
         """The simple_one_for_one child between restart attempts that last ran as `ref`."""
         for child in self._dynamic.values():
-            if child.ref == RESTARTING and child.last is not None:
-                if child.last.actor_urn == ref.actor_urn:
-                    return child
+            last = child.last
+            if child.ref == RESTARTING and last is not None and last.actor_urn == ref.actor_urn:
+                return child
         return None
 
     def _find(self, child_id: Hashable) -> _Child | None:
