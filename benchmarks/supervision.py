@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import time
 
 import pykka
 
-from supervisors import ChildSpec, Process, SupFlags, Supervisor
+from supervisors import ChildSpec, Process, Supervisor, SupFlags
 
 
 class PlainCounter(pykka.ThreadingActor):
@@ -138,19 +139,24 @@ def bench_many(n: int) -> None:
     sup.stop()
     stopped = time.perf_counter()
     total = stopped - start
-    print(f"{n:,} simple_one_for_one children: start {started - start:.2f} s, "
-          f"stop {stopped - started:.2f} s, total {total:.2f} s (goal <= 5 s, ratio {total / 5:.2f})")
+    print(
+        f"{n:,} simple_one_for_one children: start {started - start:.2f} s, "
+        f"stop {stopped - started:.2f} s, total {total:.2f} s (goal <= 5 s, ratio {total / 5:.2f})"
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sample sizes (a smoke run)")
     parser.add_argument("--log", choices=("file", "none"), default="file")
     args = parser.parse_args()
     if args.log == "file":
-        log_file = tempfile.NamedTemporaryFile(prefix="rabbitry-bench-", suffix=".log", delete=False)
-        logging.basicConfig(filename=log_file.name, level=logging.INFO)
-        print(f"logging INFO and up to {log_file.name}")
+        fd, log_path = tempfile.mkstemp(prefix="rabbitry-bench-", suffix=".log")
+        os.close(fd)
+        logging.basicConfig(filename=log_path, level=logging.INFO)
+        print(f"logging INFO and up to {log_path}")
     else:
         logging.disable(logging.CRITICAL)
         print("logging disabled")

@@ -36,7 +36,9 @@ def _oracle_allows(accepted: list[float], now: float, intensity: int, period: fl
 
 
 @given(intensities, periods, gaps)
-def test_agrees_with_brute_force_oracle(intensity: int, period: float, gap_list: list[float]) -> None:
+def test_agrees_with_brute_force_oracle(
+    intensity: int, period: float, gap_list: list[float]
+) -> None:
     tracker = RestartIntensity(intensity, period)
     accepted: list[float] = []
     for now in _times(gap_list):

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from supervisors import ChildSpec, Exit, Process, SupFlags, Supervisor
+from supervisors import ChildSpec, Exit, Process, Supervisor, SupFlags
 
 from .helpers import Probe, Recorder, spec, wait_dead
 
@@ -32,9 +32,7 @@ class _Breakable(Supervisor):
 
 def test_supervisor_crash_still_stops_children_last_first() -> None:
     recorder = Recorder()
-    sup = _Breakable.start(
-        SupFlags(), [spec(name, recorder=recorder) for name in ("a", "b", "c")]
-    )
+    sup = _Breakable.start(SupFlags(), [spec(name, recorder=recorder) for name in ("a", "b", "c")])
     with pytest.raises(RuntimeError):
         sup.proxy().break_machinery().get()
     wait_dead(sup)
