@@ -18,7 +18,7 @@ from supervisors.errors import (
 )
 from supervisors.messages import Down, Exit
 from supervisors.osprocess import OsProcess, OsProcessExited, OsProcessStartError
-from supervisors.process import Ignore, Process, current_process, exit, exit_reason
+from supervisors.process import Ignore, Process, current_process, exit, exit_reason, processes
 from supervisors.reasons import format_reason
 from supervisors.specs import ChildInfo, ChildSpec, SupFlags
 from supervisors.supervisor import Supervisor
@@ -54,5 +54,6 @@ __all__ = [
     "format_reason",
     "format_tree",
     "load_tree",
+    "processes",
     "start_tree",
 ]

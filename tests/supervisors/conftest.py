@@ -10,9 +10,14 @@ from collections.abc import Callable, Iterator
 import pykka
 import pytest
 
-from supervisors import exit
+from supervisors import exit, processes
 
 log = logging.getLogger(__name__)
+
+
+def _all_actors() -> list[pykka.ActorRef]:
+    """Processes (oldest first), then any plain pykka actors a test started."""
+    return processes() + pykka.ActorRegistry.get_all()
 
 
 def _stop_everything() -> list[str]:
@@ -20,7 +25,7 @@ def _stop_everything() -> list[str]:
     (pykka's stop_all goes newest first, which would make supervisors restart them). A process
     that does not stop within 5 s is killed. Returns what had to be stopped."""
     leftovers = []
-    for ref in pykka.ActorRegistry.get_all():
+    for ref in _all_actors():
         if not ref.is_alive():
             continue
         leftovers.append(str(ref))
@@ -41,10 +46,10 @@ def no_leftover_processes() -> Iterator[None]:
     leftovers = _stop_everything()
     if leftovers:
         log.info("stopped %d process(es) left running by the test", len(leftovers))
-    alive = [ref for ref in pykka.ActorRegistry.get_all() if ref.is_alive()]
+    alive = [ref for ref in _all_actors() if ref.is_alive()]
     if alive:  # a supervisor may have restarted a child while it was being stopped
         _stop_everything()
-        alive = [ref for ref in pykka.ActorRegistry.get_all() if ref.is_alive()]
+        alive = [ref for ref in _all_actors() if ref.is_alive()]
     assert not alive, f"processes still alive after the test: {alive}"
 
 

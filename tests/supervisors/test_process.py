@@ -25,6 +25,7 @@ from supervisors import (
     SupFlags,
     exit,
     exit_reason,
+    processes,
 )
 from tests.supervisors.helpers import (
     TIMEOUT,
@@ -344,13 +345,13 @@ class ExitsOnStart(Process):
 def test_crash_in_on_start_is_raised_by_start() -> None:
     with pytest.raises(RuntimeError, match="no can do"):
         CrashesOnStart.start()
-    assert pykka.ActorRegistry.get_by_class(CrashesOnStart) == []
+    assert not [r for r in processes() if r.actor_class is CrashesOnStart]
 
 
 def test_ignore_in_on_start_makes_start_return_none() -> None:
     assert IgnoresOnStart.start() is None
     assert ExitsOnStart.start("normal") is None
-    assert pykka.ActorRegistry.get_by_class(IgnoresOnStart) == []
+    assert not [r for r in processes() if r.actor_class is IgnoresOnStart]
     with pytest.raises(Exception, match="boom"):
         ExitsOnStart.start("boom")
 
