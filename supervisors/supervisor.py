@@ -412,21 +412,18 @@ class Supervisor(Process):
 
     def restart_child(self, child_id: Hashable) -> Any:
         """Start a static child that was terminated. Returns its new ref."""
-        if self._simple:
-            raise SimpleOneForOne("restart_child")
-        child = self._find(child_id)
-        if child is None:
-            raise NotFound(child_id)
-        if child.ref == RESTARTING:
-            raise Restarting(child_id)
-        if isinstance(child.ref, ActorRef):
-            raise Running(child_id)
-        return self._start(child)
+        return self._start(self._stopped_child(child_id, "restart_child"))
 
     def delete_child(self, child_id: Hashable) -> None:
         """Remove the spec of a static child that is not running."""
+        child = self._stopped_child(child_id, "delete_child")
+        self._children = [c for c in self._children if c is not child]
+
+    def _stopped_child(self, child_id: Hashable, call: str) -> _Child:
+        """The static child `call` may act on: it must exist and be neither running nor
+        between restart attempts (OTP's running / restarting / not_found errors)."""
         if self._simple:
-            raise SimpleOneForOne("delete_child")
+            raise SimpleOneForOne(call)
         child = self._find(child_id)
         if child is None:
             raise NotFound(child_id)
@@ -434,7 +431,7 @@ class Supervisor(Process):
             raise Restarting(child_id)
         if isinstance(child.ref, ActorRef):
             raise Running(child_id)
-        self._children = [c for c in self._children if c is not child]
+        return child
 
     def which_children(self) -> list[ChildInfo]:
         """One ChildInfo(id, ref | None | "restarting", type) per child, in start order."""
