@@ -76,10 +76,22 @@ def current_process() -> Process | None:
     return getattr(_local, "process", None)
 
 
-def _process_of(ref: Any) -> Process | None:
-    """Resolve a ref (or a Process) to the live local Process, or None if it has ended."""
+def _process_of(ref: Any) -> Any:
+    """Resolve a ref (or a Process) to the live local Process, or None if it has ended.
+
+    A ref from a higher layer (a process on another node, from monitors.dist) resolves through
+    its `_sv_endpoint()`: it returns an object with the same signal methods a Process has
+    (`_sv_add_link(ref) -> bool`, `_sv_remove_link(urn)`, `_sv_add_watcher(id, ref) -> bool`,
+    `_sv_remove_watcher(id)`, `_sv_link_exit(sender, reason)` and
+    `_sv_receive_exit(sender, reason, via_link=)`), or None when that process is known to be
+    gone. Such a ref also has `actor_urn` and `tell()`. This keeps layer 1 free of imports
+    from above while links and monitors work across nodes.
+    """
     if isinstance(ref, Process):
         return ref if ref._sv_reason is _ALIVE else None
+    endpoint = getattr(ref, "_sv_endpoint", None)
+    if endpoint is not None:
+        return endpoint()
     urn = getattr(ref, "actor_urn", None)
     if urn is None:
         raise TypeError(f"expected the ActorRef of a supervisors.Process; got {ref!r}")
