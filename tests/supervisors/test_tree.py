@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from supervisors import ChildSpec, Process, SupFlags
-from supervisors import tree as tree_module
+from supervisors import tree_schema as tree_module
 from supervisors.osprocess import OsProcess
 from supervisors.supervisor import Supervisor
 from supervisors.tree import (
