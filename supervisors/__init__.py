@@ -4,6 +4,10 @@ Process (links, monitors, exit signals), Supervisor, ChildSpec, OsProcess and su
 config files. This package imports nothing else of rabbitry's.
 """
 
+from supervisors.config_check import ConfigChecker
+from supervisors.config_errors import ConfigError
+from supervisors.config_read import read_config_file
+from supervisors.durations import parse_duration
 from supervisors.errors import (
     AlreadyPresent,
     AlreadyStarted,
@@ -30,6 +34,8 @@ __all__ = [
     "CallerError",
     "ChildInfo",
     "ChildSpec",
+    "ConfigChecker",
+    "ConfigError",
     "Down",
     "Exit",
     "Ignore",
@@ -54,6 +60,8 @@ __all__ = [
     "format_reason",
     "format_tree",
     "load_tree",
+    "parse_duration",
     "processes",
+    "read_config_file",
     "start_tree",
 ]

@@ -31,11 +31,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from supervisors.config_check import typed
+from supervisors.config_read import read_config_file
 from supervisors.supervisor import Supervisor
 from supervisors.tree_errors import TreeConfigError
 from supervisors.tree_format import format_tree
-from supervisors.tree_read import _read
-from supervisors.tree_schema import _TOP_KEYS, TreeSpec, _Ctx, _typed
+from supervisors.tree_schema import _TOP_KEYS, TreeSpec, _Ctx
 
 __all__ = [
     "TreeConfigError",
@@ -57,7 +58,7 @@ def load_tree(path: str | os.PathLike[str]) -> TreeSpec:
     """
     path = Path(path)
     file = str(path)
-    data = _read(path, file)
+    data = read_config_file(path, file, TreeConfigError)
     return tree_from_mapping(data, file=file, base_dir=path.resolve().parent)
 
 
@@ -75,7 +76,7 @@ def tree_from_mapping(
     if isinstance(data, dict) and not data:
         ctx.fail("", "a mapping with the root key 'supervisor'", "an empty mapping")
     if not isinstance(data, dict):
-        ctx.fail("", "a mapping with the root key 'supervisor'", _typed(data))
+        ctx.fail("", "a mapping with the root key 'supervisor'", typed(data))
     ctx.check_keys(data, "", _TOP_KEYS)
     if "supervisor" not in data:
         ctx.fail(

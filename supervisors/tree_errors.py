@@ -2,47 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from supervisors.config_check import ConfigError
 
 
-class TreeConfigError(Exception):
-    """A mistake in a tree file.
-
-    Attributes: `file` (the path as given), `key_path` (such as `supervisor.children[2].restart`;
-    empty for problems with the file as a whole), `expected` (what would have been right), `got`
-    (what was found, as text, or None), `line` (1-based, when the parser knows it).
-    """
-
-    def __init__(
-        self,
-        file: str | os.PathLike[str],
-        key_path: str,
-        expected: str,
-        got: str | None = None,
-        *,
-        line: int | None = None,
-        problem: str | None = None,
-    ) -> None:
-        self.file = str(file)
-        self.key_path = key_path
-        self.expected = expected
-        self.got = got
-        self.line = line
-        if problem is None:
-            problem = f"expected {expected}" if got is None else f"expected {expected}; got {got}"
-        self.problem = problem
-        message = ": ".join(part for part in (self.file, key_path, problem) if part)
-        if line is not None:
-            message += f" (line {line})"
-        super().__init__(message)
-
-    def __reduce__(self) -> Any:
-        return (
-            _rebuild_error,
-            ((self.file, self.key_path, self.expected, self.got), self.line, self.problem),
-        )
-
-
-def _rebuild_error(args: tuple, line: int | None, problem: str) -> TreeConfigError:
-    return TreeConfigError(*args, line=line, problem=problem)
+class TreeConfigError(ConfigError):
+    """A mistake in a supervision-tree file (see ConfigError for the attributes)."""

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import os
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from supervisors.config_check import ConfigChecker, article, join, plain, show, typed
 from supervisors.durations import parse_duration
 from supervisors.osprocess import OsProcess
 from supervisors.process import Process
@@ -25,7 +25,6 @@ from supervisors.specs import (
 from supervisors.supervisor import Supervisor
 from supervisors.tree_errors import TreeConfigError
 from supervisors.tree_format import _seconds
-from supervisors.tree_read import _line_of
 
 ROOT_ID = "root"
 DEFAULT_GRACE = 5.0
@@ -54,39 +53,10 @@ class TreeSpec:
     file: Path | None = field(default=None, compare=False)
 
 
-class _Ctx:
-    """Checks one file; knows its name (for errors) and its directory (for relative paths)."""
+class _Ctx(ConfigChecker):
+    """Checks a tree file; see ConfigChecker."""
 
-    def __init__(self, file: str, base_dir: Path) -> None:
-        self.file = file
-        self.base_dir = base_dir
-
-    def fail(
-        self,
-        path: str,
-        expected: str,
-        got: str | None = None,
-        *,
-        at: Any = None,
-        problem: str | None = None,
-    ) -> NoReturn:
-        raise TreeConfigError(self.file, path, expected, got, line=_line_of(at), problem=problem)
-
-    def check_keys(self, mapping: dict, path: str, allowed: tuple[str, ...]) -> None:
-        for key in mapping:
-            key_path = _join(path, key)
-            if not isinstance(key, str):
-                self.fail(key_path, "string keys", f"the key {_show(key)}", at=(mapping, key))
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                expected = f"one of {', '.join(allowed)}"
-                self.fail(
-                    key_path,
-                    expected,
-                    at=(mapping, key),
-                    problem=f"unknown key {key!r}{hint}; expected {expected}",
-                )
+    error = TreeConfigError
 
     # ------------------------------------------------------------------- supervisors
 
@@ -100,12 +70,12 @@ class _Ctx:
             self.fail(
                 path,
                 "a supervisor mapping (strategy, intensity, period, children, ...)",
-                _typed(value),
+                typed(value),
                 at=at,
             )
         if not root and "id" in value:
             self.fail(
-                _join(path, "id"),
+                join(path, "id"),
                 "the id on the child entry",
                 at=(value, "id"),
                 problem="a nested supervisor takes its id from its child entry "
@@ -114,27 +84,27 @@ class _Ctx:
         self.check_keys(value, path, _ROOT_KEYS if root else _FLAG_KEYS)
         sup_id: Hashable = ROOT_ID
         if "id" in value:
-            sup_id = self.identifier(value, _join(path, "id"))
+            sup_id = self.identifier(value, join(path, "id"))
         if root:
             names = (str(sup_id),)
         strategy = self.choice(value, path, "strategy", STRATEGIES, "one_for_one")
         intensity = 1
         if "intensity" in value:
             intensity = value["intensity"]
-            key_path = _join(path, "intensity")
+            key_path = join(path, "intensity")
             if isinstance(intensity, bool) or not isinstance(intensity, int):
-                self.fail(key_path, "an integer >= 0", _typed(intensity), at=(value, "intensity"))
+                self.fail(key_path, "an integer >= 0", typed(intensity), at=(value, "intensity"))
             if intensity < 0:
-                self.fail(key_path, "an integer >= 0", _show(intensity), at=(value, "intensity"))
+                self.fail(key_path, "an integer >= 0", show(intensity), at=(value, "intensity"))
         period = 5.0
         if "period" in value:
             period = self.duration(value, path, "period", allow_zero=False)
         auto_shutdown = self.choice(value, path, "auto_shutdown", AUTO_SHUTDOWNS, "never")
         if strategy == "simple_one_for_one" and auto_shutdown != "never":
             self.fail(
-                _join(path, "auto_shutdown"),
+                join(path, "auto_shutdown"),
                 "never with strategy simple_one_for_one",
-                _show(auto_shutdown),
+                show(auto_shutdown),
                 at=(value, "auto_shutdown"),
             )
         try:
@@ -143,22 +113,20 @@ class _Ctx:
             )
         except (TypeError, ValueError) as exc:
             key = _field_in(str(exc), ("strategy", "intensity", "period", "auto_shutdown"))
-            self.fail(
-                _join(path, key) if key else path, str(exc), at=(value, key), problem=str(exc)
-            )
+            self.fail(join(path, key) if key else path, str(exc), at=(value, key), problem=str(exc))
         children = self.children(value, path, flags, names)
         return sup_id, flags, children
 
     def children(
         self, sup: dict, path: str, flags: SupFlags, names: tuple[str, ...]
     ) -> list[ChildSpec]:
-        key_path = _join(path, "children")
+        key_path = join(path, "children")
         items = sup.get("children", [])
         if not isinstance(items, list):
             self.fail(
                 key_path,
                 "a list of child entries (in TOML: [[...children]] tables)",
-                _typed(items),
+                typed(items),
                 at=(sup, "children"),
             )
         specs: list[ChildSpec] = []
@@ -168,7 +136,7 @@ class _Ctx:
             spec = self.child(item, child_path, (items, index), flags, names)
             if spec.id in seen:
                 self.fail(
-                    _join(child_path, "id"),
+                    join(child_path, "id"),
                     "an id unique among its siblings",
                     f"{spec.id!r}, already the id of {key_path}[{seen[spec.id]}]",
                     at=(item, "id"),
@@ -193,18 +161,18 @@ class _Ctx:
             self.fail(
                 path,
                 "a child mapping with id and one of start, command or supervisor",
-                _typed(item),
+                typed(item),
                 at=at,
             )
         self.check_keys(item, path, _CHILD_KEYS)
         if "id" not in item:
             self.fail(
-                _join(path, "id"),
+                join(path, "id"),
                 "a non-empty string naming the child",
                 at=item,
                 problem="missing: every child needs an id (a non-empty string)",
             )
-        child_id = self.identifier(item, _join(path, "id"))
+        child_id = self.identifier(item, join(path, "id"))
         kinds = [kind for kind in _KINDS if kind in item]
         if len(kinds) != 1:
             got = "none of them" if not kinds else " and ".join(kinds)
@@ -220,7 +188,7 @@ class _Ctx:
             if key not in _COMMON_CHILD_KEYS and key not in _KIND_KEYS[kind]:
                 owner = next(k for k, keys in _KIND_KEYS.items() if key in keys)
                 self.fail(
-                    _join(path, key),
+                    join(path, key),
                     f"only keys that go with {kind}:",
                     at=(item, key),
                     problem=f"{key!r} goes with {owner}:, but this child has {kind}: "
@@ -238,9 +206,9 @@ class _Ctx:
         significant = False
         if "significant" in item:
             significant = item["significant"]
-            key_path = _join(path, "significant")
+            key_path = join(path, "significant")
             if not isinstance(significant, bool):
-                self.fail(key_path, "true or false", _typed(significant), at=(item, "significant"))
+                self.fail(key_path, "true or false", typed(significant), at=(item, "significant"))
             if significant and restart == "permanent":
                 self.fail(
                     key_path,
@@ -267,7 +235,7 @@ class _Ctx:
         else:
             _, sub_flags, sub_children = self.supervisor(
                 item["supervisor"],
-                _join(path, "supervisor"),
+                join(path, "supervisor"),
                 (item, "supervisor"),
                 names=(*names, child_id),
             )
@@ -288,49 +256,49 @@ class _Ctx:
             key = _field_in(message, ("restart", "shutdown", "type", "significant", "start"))
             if key == "start":
                 key = kind
-            self.fail(_join(path, key) if key else path, message, at=(item, key), problem=message)
+            self.fail(join(path, key) if key else path, message, at=(item, key), problem=message)
 
     def start_child(self, item: dict, path: str) -> tuple:
-        cls = self.import_target(item, _join(path, "start"))
+        cls = self.import_target(item, join(path, "start"))
         args: list = []
         if "args" in item:
             args = item["args"]
             if not isinstance(args, list):
                 self.fail(
-                    _join(path, "args"),
+                    join(path, "args"),
                     "a list of positional arguments, such as [1, 2]",
-                    _typed(args),
+                    typed(args),
                     at=(item, "args"),
                 )
         kwargs: dict = {}
         if "kwargs" in item:
             kwargs = item["kwargs"]
-            key_path = _join(path, "kwargs")
+            key_path = join(path, "kwargs")
             if not isinstance(kwargs, dict):
                 self.fail(
                     key_path,
                     "a mapping of keyword arguments, such as {queue: jobs}",
-                    _typed(kwargs),
+                    typed(kwargs),
                     at=(item, "kwargs"),
                 )
             for key in kwargs:
                 if not isinstance(key, str) or not key.isidentifier():
                     self.fail(
-                        _join(key_path, key),
+                        join(key_path, key),
                         "keyword names that are Python identifiers",
-                        _show(key),
+                        show(key),
                         at=(kwargs, key),
                     )
-        return (cls, tuple(_plain(a) for a in args), {k: _plain(v) for k, v in kwargs.items()})
+        return (cls, tuple(plain(a) for a in args), {k: plain(v) for k, v in kwargs.items()})
 
     def import_target(self, item: dict, path: str) -> type:
         text = item["start"]
         at = (item, "start")
         if not isinstance(text, str):
-            self.fail(path, _START_FORM, _typed(text), at=at)
+            self.fail(path, _START_FORM, typed(text), at=at)
         module_name, sep, attr = text.strip().partition(":")
         if not sep or not module_name or not attr or ":" in attr:
-            self.fail(path, _START_FORM, _show(text), at=at)
+            self.fail(path, _START_FORM, show(text), at=at)
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
@@ -365,7 +333,7 @@ class _Ctx:
             self.fail(
                 path,
                 "a supervisors.Process subclass",
-                f"{text!r}, which is {_article(type(target).__name__)}",
+                f"{text!r}, which is {article(type(target).__name__)}",
                 at=at,
             )
         if not issubclass(target, Process):
@@ -381,7 +349,7 @@ class _Ctx:
         """An OsProcess start triple. Its name (which names its default log and pid files) is
         the ids from the root down, such as "hello.pipeline.web", so that children with the
         same id in different parts of the tree do not share files."""
-        key_path = _join(path, "command")
+        key_path = join(path, "command")
         command = item["command"]
         at = (item, "command")
         if isinstance(command, str):
@@ -395,7 +363,7 @@ class _Ctx:
             self.fail(
                 key_path,
                 'a non-empty list of strings, such as [redis-server, --port, "6390"]',
-                _typed(command),
+                typed(command),
                 at=at,
             )
         for index, part in enumerate(command):
@@ -403,33 +371,33 @@ class _Ctx:
                 self.fail(
                     f"{key_path}[{index}]",
                     'a string (quote numbers and booleans: "6390", "true")',
-                    _typed(part),
+                    typed(part),
                     at=(command, index),
                 )
         env = None
         if "env" in item:
             env = item["env"]
-            env_path = _join(path, "env")
+            env_path = join(path, "env")
             if not isinstance(env, dict):
                 self.fail(
                     env_path,
                     "a mapping of environment variables, such as {LANG: C}",
-                    _typed(env),
+                    typed(env),
                     at=(item, "env"),
                 )
             for name, val in env.items():
                 if not isinstance(name, str) or not name or "=" in name:
                     self.fail(
-                        _join(env_path, name),
+                        join(env_path, name),
                         "variable names that are non-empty strings without '='",
-                        _show(name),
+                        show(name),
                         at=(env, name),
                     )
                 if not isinstance(val, str):
                     self.fail(
-                        _join(env_path, name),
+                        join(env_path, name),
                         'a string (quote numbers and booleans: "1")',
-                        _typed(val),
+                        typed(val),
                         at=(env, name),
                     )
             env = dict(env)
@@ -440,11 +408,11 @@ class _Ctx:
             grace = self.duration(item, path, "grace")
             if isinstance(shutdown, float) and grace > shutdown:
                 self.fail(
-                    _join(path, "grace"),
+                    join(path, "grace"),
                     at=(item, "grace"),
                     expected=f"at most the child's shutdown time ({_seconds(shutdown)})",
-                    got=_show(item["grace"]),
-                    problem=f"bad combination: grace {_show(item['grace'])} is longer than "
+                    got=show(item["grace"]),
+                    problem=f"bad combination: grace {show(item['grace'])} is longer than "
                     f"shutdown {_seconds(shutdown)}, so the supervisor would kill the process "
                     "before its grace time is up; expected a grace of at most the shutdown "
                     "(or a longer shutdown)",
@@ -468,33 +436,8 @@ class _Ctx:
     def identifier(self, mapping: dict, path: str) -> str:
         value = mapping["id"]
         if not isinstance(value, str) or not value.strip():
-            self.fail(path, "a non-empty string", _typed(value), at=(mapping, "id"))
+            self.fail(path, "a non-empty string", typed(value), at=(mapping, "id"))
         return value
-
-    def choice(
-        self, mapping: dict, path: str, key: str, allowed: tuple[str, ...], default: str
-    ) -> Any:
-        if key not in mapping:
-            return default
-        value = mapping[key]
-        if value not in allowed or not isinstance(value, str):
-            self.fail(
-                _join(path, key), f"one of {', '.join(allowed)}", _show(value), at=(mapping, key)
-            )
-        return value
-
-    def duration(self, mapping: dict, path: str, key: str, *, allow_zero: bool = True) -> float:
-        value = mapping[key]
-        try:
-            return parse_duration(value, allow_zero=allow_zero)
-        except ValueError:
-            what = "seconds > 0" if not allow_zero else "seconds >= 0"
-            self.fail(
-                _join(path, key),
-                f"a duration: {what} as a number, or a string such as '500ms', '5s', '2m'",
-                _show(value),
-                at=(mapping, key),
-            )
 
     def shutdown(self, item: dict, path: str) -> float | str | None:
         if "shutdown" not in item:
@@ -506,22 +449,11 @@ class _Ctx:
             return parse_duration(value)
         except ValueError:
             self.fail(
-                _join(path, "shutdown"),
+                join(path, "shutdown"),
                 "seconds >= 0 (a number, or '500ms', '5s', '2m'), brutal_kill or infinity",
-                _show(value),
+                show(value),
                 at=(item, "shutdown"),
             )
-
-    def path_value(self, item: dict, path: str, key: str) -> str | None:
-        if key not in item:
-            return None
-        value = item[key]
-        if not isinstance(value, str) or not value:
-            self.fail(_join(path, key), "a non-empty path string", _typed(value), at=(item, key))
-        resolved = Path(value).expanduser()
-        if not resolved.is_absolute():
-            resolved = self.base_dir / resolved
-        return os.path.normpath(resolved)
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -532,10 +464,6 @@ def _process_name(names: tuple[str, ...]) -> str:
     return ".".join(re.sub(r"[^A-Za-z0-9_.-]", "_", name) for name in names).lstrip(".") or "cmd"
 
 
-def _join(path: str, key: Any) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
 def _field_in(message: str, fields: tuple[str, ...]) -> str | None:
     """The field name mentioned first in a SupFlags/ChildSpec error message."""
     best: tuple[int, str] | None = None
@@ -544,50 +472,6 @@ def _field_in(message: str, fields: tuple[str, ...]) -> str | None:
         if match and (best is None or match.start() < best[0]):
             best = (match.start(), name)
     return best[1] if best else None
-
-
-def _plain(value: Any) -> Any:
-    """Strip the line-tracking YAML containers back to plain dicts and lists."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _show(value: Any) -> str:
-    """A value as the file would spell it, shortened."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = repr(_plain(value))
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _typed(value: Any) -> str:
-    """A value with its kind, for type errors: "a string 'abc'", "a mapping {...}"."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        kind = "a boolean"
-    elif isinstance(value, int):
-        kind = "an integer"
-    elif isinstance(value, float):
-        kind = "a number"
-    elif isinstance(value, str):
-        kind = "a string"
-    elif isinstance(value, dict):
-        kind = "a mapping"
-    elif isinstance(value, list):
-        kind = "a list"
-    else:
-        kind = _article(type(value).__name__)
-    return f"{kind} {_show(value)}"
-
-
-def _article(noun: str) -> str:
-    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 # ------------------------------------------------------------------------------ rendering

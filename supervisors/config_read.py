@@ -1,4 +1,4 @@
-"""Reading tree files: YAML (with the line of every key, for error messages) and TOML."""
+"""Reading config files: YAML (keeping the line of every key, for error messages) and TOML."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from supervisors.tree_errors import TreeConfigError
+from supervisors.config_errors import ConfigError
 
 YAML_SUFFIXES = (".yaml", ".yml")
 TOML_SUFFIXES = (".toml",)
@@ -17,30 +17,29 @@ TOML_SUFFIXES = (".toml",)
 # --------------------------------------------------------------------------------- reading
 
 
-def _read(path: Path, file: str) -> Any:
+def read_config_file(path: Path, file: str, error: type[ConfigError] = ConfigError) -> Any:
+    """Parse a .yaml/.yml or .toml file; every problem raises `error` naming the file."""
     suffix = path.suffix.lower()
     if suffix not in YAML_SUFFIXES + TOML_SUFFIXES:
-        raise TreeConfigError(
-            file, "", "a .yaml, .yml or .toml file", f"a {suffix or 'suffix-less'} file"
-        )
+        raise error(file, "", "a .yaml, .yml or .toml file", f"a {suffix or 'suffix-less'} file")
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise TreeConfigError(
+        raise error(
             file, "", "a readable tree file", problem=f"cannot read the file: {exc.strerror or exc}"
         ) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TreeConfigError(
+        raise error(
             file, "", "UTF-8 text", problem=f"not UTF-8 text (byte {exc.start}: {exc.reason})"
         ) from None
     if suffix in TOML_SUFFIXES:
-        return _parse_toml(text, file)
-    return _parse_yaml(text, file)
+        return _parse_toml(text, file, error)
+    return _parse_yaml(text, file, error)
 
 
-def _parse_toml(text: str, file: str) -> Any:
+def _parse_toml(text: str, file: str, error: type[ConfigError]) -> Any:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -49,13 +48,11 @@ def _parse_toml(text: str, file: str) -> Any:
         line = int(match.group(1)) if match else None
         if match:
             message = message[: match.start()].rstrip() + f" at column {match.group(2)}"
-        raise TreeConfigError(
-            file, "", "valid TOML", line=line, problem=f"invalid TOML: {message}"
-        ) from None
+        raise error(file, "", "valid TOML", line=line, problem=f"invalid TOML: {message}") from None
     return data or None  # a TOML file with nothing in it is an empty file, as in YAML
 
 
-def _parse_yaml(text: str, file: str) -> Any:
+def _parse_yaml(text: str, file: str, error: type[ConfigError]) -> Any:
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
@@ -66,11 +63,9 @@ def _parse_yaml(text: str, file: str) -> Any:
             problem = f"{exc.problem} ({exc.context})"
         if mark is not None:
             problem += f" at column {mark.column + 1}"
-        raise TreeConfigError(
-            file, "", "valid YAML", line=line, problem=f"invalid YAML: {problem}"
-        ) from None
+        raise error(file, "", "valid YAML", line=line, problem=f"invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
-        raise TreeConfigError(file, "", "valid YAML", problem=f"invalid YAML: {exc}") from None
+        raise error(file, "", "valid YAML", problem=f"invalid YAML: {exc}") from None
 
 
 class _Map(dict):
@@ -133,7 +128,7 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 # ------------------------------------------------------------------------------- checking
 
 
-def _line_of(at: Any) -> int | None:
+def line_of(at: Any) -> int | None:
     """The line of `container[key]` for at=(container, key), or of the container itself."""
     if isinstance(at, tuple):
         container, key = at
