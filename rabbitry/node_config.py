@@ -1,0 +1,343 @@
+"""The node config file (`rabbitry node start --config node.yaml`), checked key by key.
+
+    node: a@127.0.0.1                  # name@host
+    listen: 127.0.0.1:7001             # dist listener (port 0: any free port)
+    cookie_file: ./cookie              # or `cookie:`; the file must be mode 0600
+    data_dir: ./data/a
+    net_ticktime: 4s
+    cluster:
+      nodes: {b@127.0.0.1: 127.0.0.1:7002, c@127.0.0.1: 127.0.0.1:7003}
+    partition_handling: pause_minority
+    bus: redis://127.0.0.1:6379/0
+    control: 127.0.0.1:7101
+    tree: ./app-tree.yaml
+    alarms: {memory_high_watermark: 0.4, disk_free_limit: 50MB}
+
+Every mistake raises NodeConfigError naming the file, the key path and what was expected, the
+same way tree files do. Relative paths are taken from the config file's directory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from supervisors import ConfigChecker, ConfigError, TreeSpec, load_tree, read_config_file
+from supervisors.config_check import join, show, typed
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]+@[A-Za-z0-9_.:-]+$")
+BUS_SCHEMES = ("memory", "redis", "amqp")
+_KEYS = (
+    "node",
+    "listen",
+    "cookie_file",
+    "cookie",
+    "data_dir",
+    "net_ticktime",
+    "cluster",
+    "partition_handling",
+    "bus",
+    "control",
+    "tree",
+    "alarms",
+)
+_ALARM_KEYS = ("memory_high_watermark", "disk_free_limit")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$", re.I)
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+DEFAULT_NET_TICKTIME = 4.0
+DEFAULT_MEMORY_HIGH_WATERMARK = 0.4  # RabbitMQ's vm_memory_high_watermark default
+DEFAULT_DISK_FREE_LIMIT = 50 * 10**6  # RabbitMQ's disk_free_limit default (50 MB)
+
+
+class NodeConfigError(ConfigError):
+    """A mistake in a node config file (see ConfigError for the attributes)."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """A "host:port" pair."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Alarms:
+    """Resource alarm thresholds: a fraction of RAM, and a minimum of free disk in bytes."""
+
+    memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
+    disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """A checked node config. `peers` maps each other node to how THIS node reaches it."""
+
+    node: str
+    listen: Address
+    cookie: bytes = field(repr=False)
+    data_dir: Path
+    net_ticktime: float = DEFAULT_NET_TICKTIME
+    peers: dict[str, Address] = field(default_factory=dict)
+    partition_handling: Any = "ignore"
+    bus: str | None = None
+    control: Address | None = None
+    tree: TreeSpec | None = None
+    alarms: Alarms = field(default_factory=Alarms)
+    file: Path | None = field(default=None, compare=False)
+
+    @property
+    def cluster_nodes(self) -> list[str]:
+        """Every node of the configured cluster, this one included, sorted."""
+        return sorted({self.node, *self.peers})
+
+
+def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read and check a node config file (.yaml/.yml/.toml)."""
+    path = Path(path)
+    data = read_config_file(path, str(path), NodeConfigError)
+    return node_config_from_mapping(data, file=str(path), base_dir=path.resolve().parent)
+
+
+def node_config_from_mapping(
+    data: Any, *, file: str = "<node config>", base_dir: str | os.PathLike[str] | None = None
+) -> NodeConfig:
+    """Check an already parsed node config mapping."""
+    check = _NodeChecker(file, Path(base_dir) if base_dir is not None else Path.cwd())
+    return check.config(data)
+
+
+class _NodeChecker(ConfigChecker):
+    error = NodeConfigError
+
+    def config(self, data: Any) -> NodeConfig:
+        if not isinstance(data, dict) or not data:
+            self.fail("", "a mapping with at least node, listen and a cookie", typed(data))
+        self.check_keys(data, "", _KEYS)
+        node = self.node_name(data, "", "node")
+        listen = self.address(self.require(data, "", "listen", '"host:port"'), "listen", data)
+        cookie = self.cookie(data)
+        data_dir = self.path_value(self.with_default(data, "data_dir"), "", "data_dir")
+        net_ticktime = (
+            self.duration(data, "", "net_ticktime", allow_zero=False)
+            if "net_ticktime" in data
+            else DEFAULT_NET_TICKTIME
+        )
+        return NodeConfig(
+            node=node,
+            listen=listen,
+            cookie=cookie,
+            data_dir=Path(data_dir or self.base_dir / "data" / node),
+            net_ticktime=net_ticktime,
+            peers=self.peers(data, node),
+            partition_handling=self.partition_handling(data),
+            bus=self.bus(data),
+            control=self.control(data),
+            tree=self.tree(data),
+            alarms=self.alarms(data),
+            file=Path(self.file),
+        )
+
+    @staticmethod
+    def with_default(data: dict, key: str) -> dict:
+        return data if key in data else {}
+
+    def node_name(self, mapping: dict, path: str, key: str) -> str:
+        value = self.string(mapping, path, key) if key in mapping else None
+        if value is None:
+            self.require(mapping, path, key, "a node name such as a@127.0.0.1")
+        if not NODE_NAME.match(value or ""):
+            self.fail(
+                join(path, key),
+                "a node name name@host, such as a@127.0.0.1",
+                show(value),
+                at=(mapping, key),
+            )
+        return value  # type: ignore[return-value]
+
+    def address(self, value: Any, path: str, at_mapping: dict, key: str | None = None) -> Address:
+        at = (at_mapping, key if key is not None else path.rsplit(".", 1)[-1])
+        expected = '"host:port", such as 127.0.0.1:7001'
+        if not isinstance(value, str):
+            self.fail(path, expected, typed(value), at=at)
+        host, sep, port_text = value.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            self.fail(path, expected, show(value), at=at)
+        return Address(host, int(port_text))
+
+    def cookie(self, data: dict) -> bytes:
+        has_file, has_inline = "cookie_file" in data, "cookie" in data
+        if has_file == has_inline:
+            self.fail(
+                "cookie_file",
+                "exactly one of cookie_file (a file of mode 0600) or cookie",
+                problem="expected exactly one of cookie_file (a file of mode 0600) or cookie; "
+                + ("got both" if has_file else "got neither"),
+                at=data,
+            )
+        if has_inline:
+            return self.string(data, "", "cookie").strip().encode()
+        path = Path(self.path_value(data, "", "cookie_file") or "")
+        try:
+            info = path.stat()
+            text = path.read_text().strip()
+        except OSError as exc:
+            self.fail(
+                "cookie_file",
+                "a readable cookie file",
+                problem=f"cannot read {path}: {exc.strerror or exc}",
+                at=(data, "cookie_file"),
+            )
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            self.fail(
+                "cookie_file",
+                "a file readable by its owner only (mode 0600)",
+                problem=f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; anyone who can read "
+                f"the cookie can join the cluster: run `chmod 600 {path}`",
+                at=(data, "cookie_file"),
+            )
+        if not text:
+            self.fail("cookie_file", "a non-empty cookie", problem=f"{path} is empty")
+        return text.encode()
+
+    def peers(self, data: dict, node: str) -> dict[str, Address]:
+        cluster = data.get("cluster")
+        if cluster is None:
+            return {}
+        if not isinstance(cluster, dict):
+            self.fail("cluster", "a mapping with `nodes`", typed(cluster), at=(data, "cluster"))
+        self.check_keys(cluster, "cluster", ("nodes",))
+        nodes = cluster.get("nodes", {})
+        if not isinstance(nodes, dict):
+            self.fail(
+                "cluster.nodes",
+                'a mapping of node name to "host:port", such as {b@127.0.0.1: 127.0.0.1:7002}',
+                typed(nodes),
+                at=(cluster, "nodes"),
+            )
+        peers = {}
+        for name in nodes:
+            key_path = join("cluster.nodes", name)
+            if not isinstance(name, str) or not NODE_NAME.match(name):
+                self.fail(key_path, "a node name name@host", show(name), at=(nodes, name))
+            address = self.address(nodes[name], key_path, nodes, name)
+            if name != node:  # listing yourself is allowed, so one list can serve every node
+                peers[name] = address
+        return peers
+
+    def partition_handling(self, data: dict) -> Any:
+        if "partition_handling" not in data:
+            return "ignore"
+        from monitors.node_monitor.config import parse_partition_handling
+
+        try:
+            return parse_partition_handling(data["partition_handling"])
+        except (ValueError, TypeError) as exc:
+            self.fail(
+                "partition_handling",
+                "ignore, pause_minority, autoheal or "
+                "{pause_if_all_down: {nodes: [...], recover: ignore|autoheal}}",
+                problem=str(exc),
+                at=(data, "partition_handling"),
+            )
+
+    def bus(self, data: dict) -> str | None:
+        if "bus" not in data:
+            return None
+        url = self.string(data, "", "bus")
+        scheme = url.split("://", 1)[0] if "://" in url else ""
+        if scheme not in BUS_SCHEMES:
+            self.fail(
+                "bus",
+                "a bus URL: memory://, redis://host:port/db or amqp://user:pass@host:port/vhost",
+                show(url),
+                at=(data, "bus"),
+            )
+        return url
+
+    def control(self, data: dict) -> Address | None:
+        if "control" not in data:
+            return None
+        address = self.address(data["control"], "control", data)
+        if not _is_loopback(address.host):
+            self.fail(
+                "control",
+                "a loopback address (127.0.0.1, ::1 or localhost): the control API is local-only",
+                show(data["control"]),
+                at=(data, "control"),
+            )
+        return address
+
+    def tree(self, data: dict) -> TreeSpec | None:
+        tree_path = self.path_value(data, "", "tree")
+        return load_tree(tree_path) if tree_path else None
+
+    def alarms(self, data: dict) -> Alarms:
+        alarms = data.get("alarms")
+        if alarms is None:
+            return Alarms()
+        if not isinstance(alarms, dict):
+            self.fail("alarms", "a mapping", typed(alarms), at=(data, "alarms"))
+        self.check_keys(alarms, "alarms", _ALARM_KEYS)
+        watermark = alarms.get("memory_high_watermark", DEFAULT_MEMORY_HIGH_WATERMARK)
+        if (
+            isinstance(watermark, bool)
+            or not isinstance(watermark, int | float)
+            or not 0 < watermark <= 1
+        ):
+            self.fail(
+                "alarms.memory_high_watermark",
+                "a fraction of RAM in (0, 1], such as 0.4",
+                show(watermark),
+                at=(alarms, "memory_high_watermark"),
+            )
+        limit = alarms.get("disk_free_limit", DEFAULT_DISK_FREE_LIMIT)
+        size = _parse_size(limit)
+        if size is None:
+            self.fail(
+                "alarms.disk_free_limit",
+                "a size in bytes, or a string such as '50MB' or '1GiB'",
+                show(limit),
+                at=(alarms, "disk_free_limit"),
+            )
+        return Alarms(float(watermark), size)
+
+
+def _parse_size(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            return int(float(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()])
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

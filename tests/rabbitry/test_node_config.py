@@ -1,0 +1,174 @@
+"""The node config file: every key checked, with file/key-path errors like tree files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rabbitry.node_config import (
+    DEFAULT_NET_TICKTIME,
+    Address,
+    NodeConfigError,
+    load_node_config,
+)
+from supervisors import ConfigError
+
+
+def _cookie(tmp_path: Path, mode: int = 0o600, text: str = "secret-cookie") -> Path:
+    path = tmp_path / "cookie"
+    path.write_text(text + "\n")
+    os.chmod(path, mode)
+    return path
+
+
+def _write(tmp_path: Path, body: str, name: str = "node.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def _minimal(extra: str = "") -> str:
+    return "node: a@127.0.0.1\nlisten: 127.0.0.1:7001\ncookie_file: ./cookie\n" + extra
+
+
+def test_a_full_config_loads(tmp_path: Path) -> None:
+    _cookie(tmp_path)
+    (tmp_path / "tree.yaml").write_text(
+        "supervisor:\n  children:\n    - id: w\n      start: 'rabbitry.examples_workers:Idle'\n"
+    )
+    path = _write(
+        tmp_path,
+        _minimal(
+            "data_dir: ./data/a\n"
+            "net_ticktime: 1s\n"
+            "cluster:\n  nodes:\n"
+            "    a@127.0.0.1: 127.0.0.1:7001\n"
+            "    b@127.0.0.1: 127.0.0.1:7002\n"
+            "    c@127.0.0.1: 127.0.0.1:17003\n"
+            "bus: redis://127.0.0.1:6379/0\n"
+            "control: 127.0.0.1:7101\n"
+            "tree: ./tree.yaml\n"
+            "alarms: {memory_high_watermark: 0.5, disk_free_limit: 1GiB}\n"
+        ),
+    )
+    config = load_node_config(path)
+    assert config.node == "a@127.0.0.1"
+    assert config.listen == Address("127.0.0.1", 7001)
+    assert config.cookie == b"secret-cookie"
+    assert config.data_dir == tmp_path / "data" / "a"
+    assert config.net_ticktime == 1.0
+    # the node itself may be listed (one list for every node) but is not its own peer
+    assert config.peers == {
+        "b@127.0.0.1": Address("127.0.0.1", 7002),
+        "c@127.0.0.1": Address("127.0.0.1", 17003),
+    }
+    assert config.cluster_nodes == ["a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"]
+    assert config.bus == "redis://127.0.0.1:6379/0"
+    assert config.control == Address("127.0.0.1", 7101)
+    assert config.tree is not None and [c.id for c in config.tree.children] == ["w"]
+    assert config.alarms.memory_high_watermark == 0.5
+    assert config.alarms.disk_free_limit == 2**30
+
+
+def test_defaults(tmp_path: Path) -> None:
+    _cookie(tmp_path)
+    config = load_node_config(_write(tmp_path, _minimal()))
+    assert config.net_ticktime == DEFAULT_NET_TICKTIME
+    assert config.peers == {}
+    assert config.bus is None and config.control is None and config.tree is None
+    assert config.data_dir == tmp_path / "data" / "a@127.0.0.1"
+
+
+def test_toml_works_too(tmp_path: Path) -> None:
+    _cookie(tmp_path)
+    path = _write(
+        tmp_path,
+        'node = "a@127.0.0.1"\nlisten = "127.0.0.1:0"\ncookie = "inline"\n'
+        '[cluster.nodes]\n"b@127.0.0.1" = "127.0.0.1:7002"\n',
+        "node.toml",
+    )
+    config = load_node_config(path)
+    assert config.cookie == b"inline"
+    assert config.listen.port == 0
+    assert list(config.peers) == ["b@127.0.0.1"]
+
+
+@pytest.mark.parametrize(
+    ("body", "key_path", "fragment"),
+    [
+        ("listen: 127.0.0.1:7001\ncookie: x\n", "node", "missing"),
+        ("node: nohost\nlisten: 127.0.0.1:1\ncookie: x\n", "node", "name@host"),
+        ("node: a@h\nlisten: 7001\ncookie: x\n", "listen", "host:port"),
+        ("node: a@h\nlisten: h:99999\ncookie: x\n", "listen", "host:port"),
+        ("node: a@h\nlisten: h:1\n", "cookie_file", "got neither"),
+        ("node: a@h\nlisten: h:1\ncookie: x\ncookie_file: ./cookie\n", "cookie_file", "got both"),
+        ("node: a@h\nlisten: h:1\ncookie: x\nnet_tiktime: 1s\n", "net_tiktime", "did you mean"),
+        ("node: a@h\nlisten: h:1\ncookie: x\nnet_ticktime: 0\n", "net_ticktime", "> 0"),
+        ("node: a@h\nlisten: h:1\ncookie: x\ncluster: [a]\n", "cluster", "mapping"),
+        (
+            "node: a@h\nlisten: h:1\ncookie: x\ncluster: {nodes: {b@h: 7002}}\n",
+            "cluster.nodes.b@h",
+            "host:port",
+        ),
+        (
+            "node: a@h\nlisten: h:1\ncookie: x\ncluster: {nodes: {bogus: 'h:2'}}\n",
+            "cluster.nodes.bogus",
+            "name@host",
+        ),
+        ("node: a@h\nlisten: h:1\ncookie: x\nbus: kafka://x\n", "bus", "redis://"),
+        ("node: a@h\nlisten: h:1\ncookie: x\ncontrol: 10.0.0.1:7101\n", "control", "loopback"),
+        (
+            "node: a@h\nlisten: h:1\ncookie: x\nalarms: {memory_high_watermark: 2}\n",
+            "alarms.memory_high_watermark",
+            "fraction",
+        ),
+        (
+            "node: a@h\nlisten: h:1\ncookie: x\nalarms: {disk_free_limit: lots}\n",
+            "alarms.disk_free_limit",
+            "50MB",
+        ),
+    ],
+)
+def test_mistakes_name_the_key_path(
+    tmp_path: Path, body: str, key_path: str, fragment: str
+) -> None:
+    path = _write(tmp_path, body)
+    with pytest.raises(NodeConfigError) as caught:
+        load_node_config(path)
+    error = caught.value
+    assert isinstance(error, ConfigError)
+    assert error.file == str(path)
+    assert error.key_path == key_path
+    assert fragment in str(error)
+    assert str(error).startswith(f"{path}: {key_path}: ")
+
+
+def test_a_cookie_file_others_can_read_is_refused_with_the_fix(tmp_path: Path) -> None:
+    cookie = _cookie(tmp_path, mode=0o644)
+    with pytest.raises(NodeConfigError, match=r"mode 0644.*chmod 600") as caught:
+        load_node_config(_write(tmp_path, _minimal()))
+    assert caught.value.key_path == "cookie_file"
+    assert str(cookie) in str(caught.value)
+
+
+def test_a_missing_cookie_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(NodeConfigError, match=r"cannot read .*cookie"):
+        load_node_config(_write(tmp_path, _minimal()))
+
+
+def test_errors_carry_the_yaml_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "node: a@h\nlisten: h:1\ncookie: x\n\nbus: nope\n")
+    with pytest.raises(NodeConfigError) as caught:
+        load_node_config(path)
+    assert caught.value.line == 5
+
+
+def test_a_bad_tree_file_reports_the_tree_file(tmp_path: Path) -> None:
+    (tmp_path / "tree.yaml").write_text("supervisor:\n  strategy: sometimes\n")
+    path = _write(tmp_path, "node: a@h\nlisten: h:1\ncookie: x\ntree: ./tree.yaml\n")
+    with pytest.raises(ConfigError) as caught:
+        load_node_config(path)
+    assert caught.value.file.endswith("tree.yaml")
+    assert caught.value.key_path == "supervisor.strategy"
