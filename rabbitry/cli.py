@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-COMMAND_MODULES: tuple[str, ...] = ("rabbitry.cli_tree",)
+COMMAND_MODULES: tuple[str, ...] = ("rabbitry.cli_tree", "rabbitry.cli_cluster")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
@@ -34,6 +34,7 @@ examples:
   rabbitry tree run examples/hello-tree.yaml     run a tree in the foreground until Ctrl-C
   rabbitry tree --help                           the tree commands
   rabbitry tree run --help                       the options of one command
+  rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie
 
 exit codes: 0 ok, 1 failed while running, 2 bad usage or bad config file, 130 interrupted"""
 

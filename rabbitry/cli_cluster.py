@@ -1,0 +1,178 @@
+"""`rabbitry cluster status|join|leave|forget`: talk to a running node's control API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+from rabbitry.cli import HelpFormatter
+from rabbitry.control import STATUS_KEYS, ControlClient, ControlError
+
+CLUSTER_EPILOG = """\
+examples:
+  rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie
+  rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie --json
+  rabbitry cluster join b@127.0.0.1 127.0.0.1:7002 --control 127.0.0.1:7101 --cookie-file ./cookie
+  rabbitry cluster forget c@127.0.0.1 --control 127.0.0.1:7101 --cookie-file ./cookie
+
+--control is the node's `control:` address; the token is derived from the cluster cookie, so
+--cookie-file must name the node's cookie file (mode 0600)."""
+
+
+def register(commands: Any) -> None:
+    """Add `cluster status|join|leave|forget` to the `rabbitry` command's subparsers."""
+    cluster = commands.add_parser(
+        "cluster",
+        help="show or change a running node's cluster (status, join, leave, forget)",
+        description="Ask a running node, through its control API, for its cluster status or "
+        "to change the cluster's membership. Membership changes are persisted in the node's "
+        "cluster_nodes.config and win over the config file from then on.",
+        epilog=CLUSTER_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    cluster.set_defaults(help_parser=cluster)
+    sub = cluster.add_subparsers(title="cluster commands", metavar="COMMAND")
+
+    status = sub.add_parser(
+        "status",
+        help="print the node name, all, disc and running nodes, partitions, paused and alarms",
+        formatter_class=HelpFormatter,
+    )
+    _add_target(status)
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object with the keys " + ", ".join(STATUS_KEYS),
+    )
+    status.set_defaults(handler=status_command, help_parser=status)
+
+    join = sub.add_parser(
+        "join", help="join the cluster of NODE, reached at ADDRESS", formatter_class=HelpFormatter
+    )
+    join.add_argument("node", help="a member of the cluster to join, such as b@127.0.0.1")
+    join.add_argument("address", help="how this node reaches it, host:port of its dist listener")
+    _add_target(join)
+    join.set_defaults(handler=lambda a: _action(a, lambda c: c.join(a.node, a.address)))
+
+    leave = sub.add_parser(
+        "leave",
+        help="leave the cluster (the node becomes a cluster of one)",
+        formatter_class=HelpFormatter,
+    )
+    _add_target(leave)
+    leave.set_defaults(handler=lambda a: _action(a, lambda c: c.leave()))
+
+    forget = sub.add_parser(
+        "forget",
+        help="remove NODE (which must be down) from the membership",
+        formatter_class=HelpFormatter,
+    )
+    forget.add_argument("node", help="the member to forget, such as c@127.0.0.1")
+    _add_target(forget)
+    forget.set_defaults(handler=lambda a: _action(a, lambda c: c.forget(a.node)))
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--control", required=True, metavar="HOST:PORT", help="the node's control API address"
+    )
+    parser.add_argument(
+        "--cookie-file", required=True, metavar="FILE", help="the cluster cookie file (mode 0600)"
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the node")
+    parser.set_defaults(help_parser=parser)
+
+
+def _client(args: argparse.Namespace) -> ControlClient:
+    host, sep, port = args.control.rpartition(":")
+    if not sep or not port.isdigit():
+        raise _UsageError(
+            f"--control must be HOST:PORT, such as 127.0.0.1:7101; got {args.control!r}"
+        )
+    path = Path(args.cookie_file)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        cookie = path.read_text().strip().encode()
+    except OSError as exc:
+        raise _UsageError(f"cannot read the cookie file {path}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise _UsageError(
+            f"the cookie file {path} has mode {mode:04o}; anyone who can read it can control "
+            f"the cluster: run `chmod 600 {path}`"
+        )
+    if not cookie:
+        raise _UsageError(f"the cookie file {path} is empty")
+    return ControlClient(host.strip("[]"), int(port), cookie, timeout=args.timeout)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def status_command(args: argparse.Namespace) -> int:
+    try:
+        status = _client(args).status()
+    except _UsageError as exc:
+        print(f"rabbitry cluster status: {exc}", file=sys.stderr)
+        return 2
+    except ControlError as exc:
+        print(f"rabbitry cluster status: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({key: status.get(key) for key in STATUS_KEYS}))
+        return 0
+    print(format_status(status))
+    return 0
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """The status as a small table a person reads at a glance."""
+
+    def nodes(key: str) -> str:
+        return ", ".join(status.get(key) or []) or "-"
+
+    partitions = status.get("partitions") or {}
+    alarms = status.get("alarms") or {}
+    lines = [
+        f"Cluster status of node {status.get('node')}",
+        f"  all nodes      {nodes('all')}",
+        f"  disc nodes     {nodes('disc')}",
+        f"  running nodes  {nodes('running')}",
+        f"  paused         {'yes' if status.get('paused') else 'no'}",
+    ]
+    if isinstance(partitions, dict) and partitions:
+        lines.append("  partitions")
+        for node, seen_down in sorted(partitions.items()):
+            lines.append(f"    {node} saw down: {', '.join(seen_down) or '-'}")
+    elif partitions:
+        lines.append(f"  partitions     {', '.join(map(str, partitions))}")
+    else:
+        lines.append("  partitions     none")
+    active = (
+        {node: list(res) for node, res in alarms.items() if res} if isinstance(alarms, dict) else {}
+    )
+    if active:
+        lines.append("  alarms")
+        for node, resources in sorted(active.items()):
+            lines.append(f"    {node}: {', '.join(resources)}")
+    else:
+        lines.append("  alarms         none")
+    return "\n".join(lines)
+
+
+def _action(args: argparse.Namespace, call: Any) -> int:
+    name = f"rabbitry cluster {args.help_parser.prog.split()[-1]}"
+    try:
+        result = call(_client(args))
+    except _UsageError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    except ControlError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2) if not isinstance(result, str) else result)
+    return 0

@@ -1,0 +1,221 @@
+"""The node's HTTP JSON control API, on loopback, and its client.
+
+Every request carries `Authorization: Bearer <token>`, where the token is an HMAC of a fixed
+label under the cluster cookie: whoever can read the cookie file may control the node, and the
+cookie itself never crosses the socket. The server only binds loopback addresses.
+
+Routes:
+    GET  /status           the cluster status: node, all, disc, running, partitions, paused, alarms
+    POST /cluster/join     {"node": "b@h", "address": "h:7002"}   join b's cluster
+    POST /cluster/leave    {}                                     leave the cluster
+    POST /cluster/forget   {"node": "b@h"}                        remove b from the membership
+
+Errors come back as `{"error": "..."}` with 400 (bad request), 401 (bad token), 404 (no such
+route), 409 (the action cannot be done now) or 500, and the client raises ControlError with
+that message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from supervisors import CallerError, Process
+
+log = logging.getLogger("rabbitry.control")
+
+TOKEN_LABEL = b"rabbitry-control-v1"
+MAX_BODY = 64 * 1024
+STATUS_KEYS = ("node", "all", "disc", "running", "partitions", "paused", "alarms")
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+class ControlError(Exception):
+    """A control request failed: the node said no, or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Conflict(CallerError):
+    """Raise from an action handler when the action cannot be done now (HTTP 409)."""
+
+
+def control_token(cookie: bytes) -> str:
+    """The bearer token for a cluster cookie."""
+    return hmac.new(cookie, TOKEN_LABEL, hashlib.sha256).hexdigest()
+
+
+class ControlServer(Process):
+    """Serves the control API while the process lives; a child of the node's root supervisor.
+
+    `routes` maps ("GET" | "POST", path) to a handler taking the JSON body (a dict) and
+    returning a JSON-able result. Handlers run on the HTTP server's threads, so they must be
+    thread-safe (the node's handlers ask actors, which is).
+    """
+
+    def __init__(self, host: str, port: int, cookie: bytes, routes: dict[tuple[str, str], Handler]):
+        super().__init__()
+        self._bind = (host, port)
+        self._token = control_token(cookie)
+        self._routes = dict(routes)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port); port 0 in the config becomes the real port here."""
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def on_start(self) -> None:
+        server = ThreadingHTTPServer(self._bind, _make_handler(self._token, self._routes))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name=f"control-{self._bind[1]}", daemon=True
+        )
+        self._thread.start()
+        log.info("control API listening on %s:%s", *self.address)
+
+    def on_stop(self) -> None:
+        self._close()
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        self._close()
+
+    def on_kill(self) -> None:
+        self._close()
+
+    def get_address(self) -> tuple[str, int]:
+        return self.address
+
+    def _close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def _make_handler(token: str, routes: dict[tuple[str, str], Handler]) -> type:
+    class _Handler(BaseHTTPRequestHandler):
+        server_version = "rabbitry-control"
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            log.debug("%s %s", self.address_string(), fmt % args)
+
+        def _serve(self, method: str) -> None:
+            given = self.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                log.warning("control: bad or missing token from %s", self.address_string())
+                self._reply(401, {"error": "bad or missing token (it derives from the cookie)"})
+                return
+            handler = routes.get((method, self.path.split("?", 1)[0]))
+            if handler is None:
+                self._reply(404, {"error": f"no route {method} {self.path}"})
+                return
+            try:
+                body = self._body()
+            except ValueError as exc:
+                self._reply(400, {"error": str(exc)})
+                return
+            try:
+                self._reply(200, handler(body))
+            except Conflict as exc:
+                self._reply(409, {"error": str(exc)})
+            except (ValueError, TypeError, CallerError) as exc:
+                self._reply(400, {"error": str(exc)})
+            except Exception as exc:
+                log.exception("control: %s %s failed", method, self.path)
+                self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+        def _body(self) -> dict[str, Any]:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise ValueError(f"body too large ({length} bytes; limit {MAX_BODY})")
+            if not length:
+                return {}
+            try:
+                data = json.loads(self.rfile.read(length))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ValueError(f"body is not JSON: {exc}") from None
+            if not isinstance(data, dict):
+                raise ValueError("body must be a JSON object")
+            return data
+
+        def _reply(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return _Handler
+
+
+class ControlClient:
+    """Talks to one node's control API."""
+
+    def __init__(self, host: str, port: int, cookie: bytes, timeout: float = 10.0) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self._token = control_token(cookie)
+
+    def status(self) -> dict[str, Any]:
+        """The node's cluster status, with exactly the keys in STATUS_KEYS."""
+        return self._request("GET", "/status")
+
+    def join(self, node: str, address: str) -> dict[str, Any]:
+        return self._request("POST", "/cluster/join", {"node": node, "address": address})
+
+    def leave(self) -> dict[str, Any]:
+        return self._request("POST", "/cluster/leave", {})
+
+    def forget(self, node: str) -> dict[str, Any]:
+        return self._request("POST", "/cluster/forget", {"node": node})
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self._token}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            connection.request(method, path, body=data, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+        except OSError as exc:
+            raise ControlError(
+                f"cannot reach the control API at {self.host}:{self.port}: {exc} "
+                "(is the node running, and is `control:` set in its config?)"
+            ) from None
+        finally:
+            connection.close()
+        try:
+            decoded = json.loads(payload) if payload else None
+        except json.JSONDecodeError:
+            raise ControlError(
+                f"{self.host}:{self.port} did not answer with JSON; is it a rabbitry control port?",
+                response.status,
+            ) from None
+        if response.status != 200:
+            message = decoded.get("error") if isinstance(decoded, dict) else None
+            raise ControlError(message or f"HTTP {response.status}", response.status)
+        return decoded
