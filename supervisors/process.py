@@ -98,6 +98,16 @@ def _process_of(ref: Any) -> Any:
     return _REGISTRY.get(urn)
 
 
+def signal_endpoint(ref: Any) -> Any:
+    """What exit signals, links and monitors of `ref` go through: the live local Process, a
+    remote ref's endpoint, or None when the process has ended.
+
+    For layers that deliver signals into local processes (the dist layer turns frames from
+    other nodes into `_sv_link_exit` / `_sv_receive_exit` calls on what this returns).
+    """
+    return _process_of(ref)
+
+
 def exit(ref: Any, reason: Reason) -> None:
     """Send an exit signal to `ref`, as Erlang's exit/2 does.
 

@@ -4,7 +4,7 @@ A `RemoteRef(node, name)` names a process on another node: by its registered nam
 process identity (an actor URN, "urn:uuid:...") when it came to us as the sender of a signal.
 It has `tell`, `ask`, `actor_urn` and `_sv_endpoint()`, the hook through which
 `supervisors.Process.link/monitor/unlink/demonitor` and `supervisors.exit` reach it (see
-`supervisors.process._process_of`). The endpoint turns each of those into a frame:
+`supervisors.process.signal_endpoint`). The endpoint turns each of those into a frame:
 
     link    {"from": our process, "to": theirs}        exit   {"from", "to", "reason", "link"}
     unlink  {"from", "to"}                             mon    {"mid", "to"}
@@ -31,7 +31,7 @@ from pykka import ActorDeadError
 
 from monitors.dist.frames import FrameError, encode
 from supervisors import Down, exit_reason, format_reason
-from supervisors.process import _process_of
+from supervisors.process import signal_endpoint
 from supervisors.reasons import NOCONNECTION, NOPROC
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class RemoteRef:
             return None
         if self.node == kernel.node:  # a "remote" ref to our own node is a local process
             local = kernel._resolve(self.name)
-            return None if local is None else _process_of(local)
+            return None if local is None else signal_endpoint(local)
         return _Endpoint(kernel.signals, self)
 
     def __str__(self) -> str:
@@ -134,7 +134,7 @@ class RemoteRef:
 
 
 class _Endpoint:
-    """What `supervisors.process._process_of` gets for a RemoteRef: the signal methods a
+    """What `supervisors.process.signal_endpoint` gets for a RemoteRef: the signal methods a
     Process has, each turned into a frame (see SignalRouter)."""
 
     __slots__ = ("_ref", "_router")
@@ -197,7 +197,7 @@ def _write(conn: Connection, frame: dict[str, Any]) -> None:
 
 
 def _link_exit(local_ref: Any, remote: RemoteRef, reason: Any) -> None:
-    proc = _process_of(local_ref)
+    proc = signal_endpoint(local_ref)
     if proc is not None:
         proc._sv_link_exit(remote, reason)
 
@@ -327,7 +327,7 @@ class SignalRouter:
 
     def _in_link(self, conn: Connection, remote_key: str, local_key: str) -> None:
         target = self._kernel._resolve(local_key)
-        proc = None if target is None else _process_of(target)
+        proc = None if target is None else signal_endpoint(target)
         proxy = RemoteRef(conn.node, remote_key, self._kernel)
         if proc is None or not proc._sv_add_link(proxy):
             self._send_link_exit(conn, local_key, remote_key, NOPROC)
@@ -370,7 +370,7 @@ class SignalRouter:
             if entry is not None:
                 conn.link_keys.pop((entry[0].actor_urn, remote_key), None)
         if entry is not None:
-            proc = _process_of(entry[0])
+            proc = signal_endpoint(entry[0])
             if proc is not None:
                 proc._sv_remove_link(entry[1].actor_urn)
 
@@ -388,7 +388,7 @@ class SignalRouter:
                 _link_exit(entry[0], entry[1], reason)
             return
         target = self._kernel._resolve(local_key)
-        proc = None if target is None else _process_of(target)
+        proc = None if target is None else signal_endpoint(target)
         if proc is None:
             return
         sender = None
@@ -398,7 +398,7 @@ class SignalRouter:
 
     def _in_monitor(self, conn: Connection, mid: int, local_key: str) -> None:
         target = self._kernel._resolve(local_key)
-        proc = None if target is None else _process_of(target)
+        proc = None if target is None else signal_endpoint(target)
         key = ("dist", conn.node, mid)  # never equal to a local (int) monitor id
         forwarder = _DownForwarder(conn, mid)
         if proc is None or not proc._sv_add_watcher(key, forwarder):
@@ -415,7 +415,7 @@ class SignalRouter:
         with conn.lock:
             entry = conn.mon_in.pop(mid, None)
         if entry is not None:
-            proc = _process_of(entry[0])
+            proc = signal_endpoint(entry[0])
             if proc is not None:
                 proc._sv_remove_watcher(entry[1])
 
@@ -435,7 +435,7 @@ class SignalRouter:
         for mid, (watcher, remote) in mon_out.items():
             _tell_down(watcher, mid, remote, NOCONNECTION)
         for target, key in mon_in.values():
-            proc = _process_of(target)
+            proc = signal_endpoint(target)
             if proc is not None:
                 proc._sv_remove_watcher(key)
 
