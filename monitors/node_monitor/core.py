@@ -1,0 +1,952 @@
+"""NodeMonitorCore: rabbit_node_monitor (RabbitMQ 4.2) as a pure core, with rabbit_autoheal.
+
+Fed events with the current time, it returns effects (monitors/effects.py and
+node_monitor/effects.py); the actor shell or the simulator performs them. See
+docs/node_monitor.md for the behaviour per mode and the message table, and docs/cores.md for
+the interface.
+
+Decisions worth knowing before reading the code:
+- Liveness is the dist connection (RabbitMQ: `nodes()`), not the application: a paused node is
+  still "up", "else we would go down and never come back" (rabbit_node_monitor).
+- `running` is the nodes whose application runs (RabbitMQ's running_nodes): a peer enters it by
+  node_up/announce with running=true, and leaves it on app_down or nodedown.
+- The pause decision is a function of the current state, recomputed after every event and
+  timer (`_settle`), never a process that can be busy (RabbitMQ #2175, #8110).
+- Besides RabbitMQ's own messages, nodes gossip views (who they can see, views.py), so that
+  every node resolves a partial partition the same way (partitions.decompose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from monitors.effects import CancelTimer, Connect, Disconnect, Effect, Log, Send, SetTimer
+from monitors.node_monitor import autoheal as ah
+from monitors.node_monitor.config import PartitionHandling
+from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
+from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
+from monitors.node_monitor.partitions import decompose, is_fully_connected, majority, part_of
+from monitors.node_monitor.status import ClusterStatus
+from monitors.node_monitor.views import View, ViewTable, view_from_wire
+
+TIMER_PING = "ping_down_nodes"
+TIMER_PAUSE_CHECK = "pause_check"
+TIMER_KEEPALIVE = "keepalive"
+TIMER_STARTUP = "startup"
+CUT_TIMER = "disconnect:"  # + node: close a link we asked the peer to close
+
+_NOTHING = object()
+
+
+class NodeMonitorCore:
+    """One node's monitor. Every public method returns the effects to perform, in order."""
+
+    NAME = "rabbit_node_monitor"
+
+    def __init__(
+        self,
+        node: str,
+        creation: int,
+        status: ClusterStatus,
+        config: PartitionHandling | None = None,
+        *,
+        down_ping_interval: float = 1.0,
+        keepalive_interval: float = 10.0,
+        disconnect_ban: float = 1.0,
+        autoheal_timeout: float = 60.0,
+        startup_grace: float | None = None,
+        status_timeout: float = 5.0,
+        disconnect_delay: float = 0.1,
+    ) -> None:
+        self.node = node
+        self.creation = creation
+        self.config = config or PartitionHandling()
+        self.down_ping_interval = down_ping_interval
+        self.keepalive_interval = keepalive_interval
+        self.disconnect_ban = disconnect_ban
+        # one ping round by default: start() pings every member at once, so a node that is
+        # still in a minority after that is really cut off (RabbitMQ: runs until a nodedown)
+        self.startup_grace = down_ping_interval if startup_grace is None else startup_grace
+        self.disconnect_delay = disconnect_delay
+        status = status.normalized(node)
+        self._all: set[str] = set(status.all)
+        # A cluster always has a disc node; a status without any (hand-made) makes us one.
+        self._disc: set[str] = set(status.disc) or {node}
+        # The running list on file is "at shutdown": a boot hint for the shell. Now only we run.
+        self._running: set[str] = {node}
+        self._up: dict[str, int] = {}  # dist connections: node -> creation from the handshake
+        self._guids: dict[str, int] = {}  # creation each peer's monitor announced (GUID)
+        # peers whose node_up/announce we have had since their nodeup: only then do we know
+        # whether they saw us down, so autoheal waits for it
+        self._greeted: set[str] = set()
+        self._down_seen: dict[str, int] = {}  # peers we saw go down while our app ran
+        self._partitions: set[str] = set()
+        self._paused = False  # the decision; the shell is told by PauseApp/ResumeApp
+        self._app = "running"  # what the shell reported: running|stopping|stopped|starting
+        self._booting = self.config.pauses and self.startup_grace > 0
+        self._boot_logged = False
+        self._views = ViewTable(node, creation)
+        self._cut: set[str] = set()  # links we cut on purpose (upgrade to full partition)
+        self._cutting: set[str] = set()  # ... of which the connection is not closed yet
+        self._fresh: set[str] = set()  # peers whose own view we have had since their nodeup
+        self._checks: dict[str, dict[str, tuple[int, int]]] = {}  # down node -> reporter -> GUIDs
+        self._queried: set[str] = set()  # creation_query in flight
+        # A partial partition was confirmed to us (as reporter or checker) and we can still see
+        # one: only then do the parts of partitions.decompose decide who pauses. Without it a
+        # node that merely heard of a nodedown before its peers did would pause for nothing.
+        self._partial = False
+        self._down_ticks: dict[str, int] = {}  # ping rounds a member has been down for
+        self._alarms: dict[str, frozenset[str]] = {}
+        self._weight = 0
+        self._timers: set[str] = set()
+        self._saved: tuple[tuple[str, ...], ...] | None = None
+        self._started = False
+        self._want_autoheal = False
+        self.autoheal = ah.Autoheal(timeout=autoheal_timeout, status_timeout=status_timeout)
+
+    # ======================================================================= queries
+
+    @property
+    def paused(self) -> bool:
+        """Whether this node has decided to keep its application stopped."""
+        return self._paused
+
+    def status(self) -> dict[str, Any]:
+        """`rabbitry cluster status --json`: exactly node, all, disc, running, partitions,
+        paused and alarms ({node: [resources]}, cluster-wide as far as this node knows)."""
+        return {
+            "node": self.node,
+            "all": sorted(self._all),
+            "disc": sorted(self._disc),
+            "running": sorted(self._running),
+            "partitions": sorted(self._partitions),
+            "paused": self._paused,
+            "alarms": {n: sorted(r) for n, r in sorted(self._alarms.items()) if r},
+        }
+
+    def cluster_status(self) -> ClusterStatus:
+        return ClusterStatus(all=self._all, disc=self._disc, running=self._running)
+
+    # ======================================================================= events
+
+    def start(self, now: float) -> list[Effect]:
+        """Boot: persist, connect to every member, arm the keepalive (notify_node_up follows
+        on each nodeup)."""
+        if self._started:
+            return [Log.warning("node monitor: start called twice; ignored")]
+        self._started = True
+        out: list[Effect] = [
+            Log.info(
+                "node monitor started",
+                node=self.node,
+                partition_handling=self.config.to_config(),
+                members=sorted(self._all),
+            )
+        ]
+        out += self._save()
+        out += [Connect(n) for n in sorted(self._others())]
+        return out + self._settle(now)
+
+    def nodeup(self, node: str, creation: int, now: float) -> list[Effect]:
+        """dist: a connection to `node` came up (net_kernel {nodeup, Node})."""
+        if node == self.node:
+            return []
+        out: list[Effect] = []
+        prev = self._up.get(node)
+        if prev is not None and prev != creation:
+            # a new incarnation without a nodedown in between: the old one is gone
+            out.append(Log.info("node restarted", node=node))
+            out += self._forget_incarnation(node)
+        self._up[node] = creation
+        if node not in self._all:
+            return [*out, Log.info("nodeup from a node that is not a member; ignored", node=node)]
+        out.append(Log.info("node up", node=node))
+        # A new peer is a new possible checker: members still down for us get checked again
+        # from the next ping round (a nodedown that came while we saw nobody checked nothing).
+        self._down_ticks.clear()
+        # A node we had cut that reconnects stays in _cut until its view is in: _review_cuts
+        # then keeps the link or cuts it again (it may have missed our disconnect request).
+        out += self._refresh_view(skip=node)
+        out.append(self._send(node, "node_up", **self._peer_record(node)))
+        out.append(self._send(node, "view", views=self._views.wire()))
+        return out + self._settle(now)
+
+    def nodedown(self, node: str, reason: str, now: float) -> list[Effect]:
+        """dist: the connection to `node` went (net_kernel {nodedown, Node, [{nodedown_reason, R}]})."""
+        if node == self.node or node not in self._up:
+            return []
+        del self._up[node]
+        out: list[Effect] = []
+        if CUT_TIMER + node in self._timers:
+            self._timers.discard(CUT_TIMER + node)
+            out.append(CancelTimer(CUT_TIMER + node))
+        if node not in self._all:
+            return out
+        out.append(Log.warning("node down", node=node, reason=reason))
+        if reason != "disconnect" and node not in self._cut:
+            out += self._check_partial_partition(node)
+        out += self._gone(node)
+        return out + self._settle(now)
+
+    def receive(self, sender: str, msg: Any, now: float) -> list[Effect]:
+        """A message for NodeMonitorCore.NAME from the monitor on `sender`."""
+        bad = problem(msg)
+        if bad:
+            return [Log.warning("node monitor: dropped a bad message", sender=sender, problem=bad)]
+        t = msg["t"]
+        joining = t == "joined_cluster" and msg["node"] == sender
+        if sender == self.node or (sender not in self._all and not joining):
+            return [
+                Log.warning("node monitor: dropped a message from a non-member", sender=sender, t=t)
+            ]
+        out: list[Effect] = []
+        c = msg.get("c")
+        if c is not None and sender in self._guids and c != self._guids[sender]:
+            if t not in ("node_up", "announce", "joined_cluster"):
+                return [
+                    Log.info(
+                        "node monitor: dropped a message from an old incarnation",
+                        sender=sender,
+                        t=t,
+                    )
+                ]
+            out.append(Log.info("node restarted", node=sender))
+            out += self._forget_incarnation(sender)
+            self._guids[sender] = c
+        handler: Callable[[str, dict[str, Any], float], list[Effect]] | None = getattr(
+            self, "_on_" + t, None
+        )
+        if handler is None:
+            out += self._on_autoheal(sender, msg, now)
+        else:
+            out += handler(sender, msg, now)
+        return out + self._settle(now)
+
+    def timer(self, key: str, now: float, data: Any = None) -> list[Effect]:
+        """A SetTimer fired."""
+        if key in (ah.TIMER_COLLECT, ah.TIMER_RESTART, ah.TIMER_WINNER):
+            return self.autoheal.timer(key, self._ctx()) + self._settle(now)
+        if key not in self._timers:
+            return []  # cancelled, or fired twice: nothing to do
+        self._timers.discard(key)
+        out: list[Effect] = []
+        if key.startswith(CUT_TIMER):
+            node = key[len(CUT_TIMER) :]
+            if node in self._up and node in self._cut:
+                out.append(Disconnect(node, self.disconnect_ban))
+            return out + self._settle(now)
+        if key in (TIMER_PING, TIMER_PAUSE_CHECK):
+            # RabbitMQ's ping_down_nodes / the paused loop's ping_all
+            down = sorted(self._others() - set(self._up) - self._cut)
+            out += [Connect(n) for n in down]
+            if key == TIMER_PING and not self._partial:
+                out += self._recheck_down(down)
+        elif key == TIMER_KEEPALIVE:
+            # RabbitMQ casts keepalive to the alive nodes; ours also carries what node_up and
+            # view said, so a message lost without the connection going is repaired.
+            table = self._views.wire()  # every view we hold: relays can be lost too
+            for n in sorted(self._connected()):
+                out.append(self._send(n, "keepalive", views=table, **self._peer_record(n)))
+            self._want_autoheal = True  # a denied heal is retried at this steady pace
+        elif key == TIMER_STARTUP:
+            self._booting = False
+            out.append(Log.info("start-up grace over: partition handling applies in full"))
+        return out + self._settle(now)
+
+    def app_stopped(self, now: float) -> list[Effect]:
+        """The shell finished a PauseApp: the application tree is down."""
+        self._app = "stopped"
+        self._running.discard(self.node)
+        out: list[Effect] = []
+        # Our application state will resync from the others when it starts again, so nothing
+        # diverged with us from here on: forget partitions and who we saw down.
+        if self._partitions:
+            out.append(
+                Log.info(
+                    "partitions forgotten: our application stopped",
+                    partitions=sorted(self._partitions),
+                )
+            )
+        self._partitions.clear()
+        self._down_seen.clear()
+        out += self._save()
+        out += self._broadcast("app_down")
+        return out + self._settle(now)
+
+    def app_started(self, now: float) -> list[Effect]:
+        """The shell finished a ResumeApp: the application tree runs again (notify_node_up)."""
+        self._app = "running"
+        self._running.add(self.node)
+        out = self._save()
+        for n in sorted(self._connected()):
+            out.append(self._send(n, "node_up", **self._peer_record(n)))
+        self._want_autoheal = True
+        return out + self._settle(now)
+
+    def set_weight(self, n: int) -> None:
+        """Autoheal weight of this node (by default its running application processes)."""
+        self._weight = max(0, int(n))
+
+    def joined_cluster(self, node: str, disc: bool, now: float) -> list[Effect]:
+        """`node` joined the cluster. Called on the joining node itself (node == this node) it
+        tells the members, as rabbit_node_monitor:notify_joined_cluster does."""
+        out: list[Effect] = []
+        if node == self.node:
+            self._set_disc(node, disc)
+            out += self._broadcast("joined_cluster", node=node, disc=disc)
+        else:
+            out += self._add_member(node, disc)
+        return out + self._save() + self._settle(now)
+
+    def left_cluster(self, node: str, now: float) -> list[Effect]:
+        """`node` left (or was forgotten); the members are told (notify_left_cluster). Called
+        for this node itself, it resets to a cluster of one, as RabbitMQ's reset does."""
+        out = self._broadcast("left_cluster", node=node, skip=node)
+        if node == self.node:
+            for n in sorted(self._all - {self.node}):
+                out += self._remove_member(n)
+            out.append(Log.info("left the cluster: now a cluster of one"))
+        elif node in self._all:
+            out += self._remove_member(node)
+        return out + self._save() + self._settle(now)
+
+    def set_alarm(self, resource: str, active: bool, now: float) -> list[Effect]:
+        """Raise or clear a resource alarm of this node; peers are told the full set."""
+        if not isinstance(resource, str) or not 0 < len(resource) <= MAX_NAME:
+            return [Log.warning("set_alarm: bad resource name", resource=repr(resource)[:80])]
+        mine = set(self._alarms.get(self.node, ()))
+        if (resource in mine) == bool(active):
+            return []
+        if active:
+            if len(mine) >= MAX_LIST:
+                return [Log.warning("set_alarm: too many alarms", resource=resource)]
+            mine.add(resource)
+        else:
+            mine.discard(resource)
+        self._alarms[self.node] = frozenset(mine)
+        log = Log.warning if active else Log.info
+        out: list[Effect] = [log("alarm " + ("set" if active else "cleared"), resource=resource)]
+        return out + self._broadcast("alarm", resources=sorted(mine))
+
+    # ======================================================================= messages
+
+    def _on_node_up(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        return self._peer(sender, m, reply=True)
+
+    def _on_announce(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        return self._peer(sender, m, reply=False)
+
+    def _peer(self, sender: str, m: dict[str, Any], reply: bool) -> list[Effect]:
+        """node_up / announce (RabbitMQ's node_up and announce_guid): the peer's creation, disc
+        flag, whether its application runs, its alarms, and whom it saw go down."""
+        if m["node"] != sender:
+            return [
+                Log.warning("node monitor: dropped a node_up naming another node", sender=sender)
+            ]
+        out: list[Effect] = []
+        old = self._guids.get(sender)
+        if old is not None and old != m["creation"]:
+            out += self._forget_incarnation(sender)
+        self._guids[sender] = m["creation"]
+        self._greeted.add(sender)
+        if reply:
+            out.append(self._send(sender, "announce", **self._peer_record(sender)))
+        self._set_disc(sender, m["disc"])
+        if m["running"] and sender not in self._running:
+            self._running.add(sender)
+            out += [
+                Log.info("node's application is running", node=sender),
+                Notify("node_up", sender),
+            ]
+        elif not m["running"] and sender in self._running:
+            self._running.discard(sender)
+            out.append(Notify("node_down", sender))
+        self._set_alarms(sender, m["alarms"])
+        # Mnesia's {inconsistent_database, running_partitioned_network, Node}: both sides kept
+        # running and each saw the other (this incarnation of it) go down.
+        mine = self._down_seen.pop(sender, None)
+        if mine == m["creation"] and m["down"] == self.creation and sender not in self._partitions:
+            self._partitions.add(sender)
+            out += [
+                Log.warning(
+                    "partition detected: we and the node each saw the other down while both ran",
+                    node=sender,
+                ),
+                Notify("partition", sender),
+            ]
+        if self._partitions:
+            self._want_autoheal = True
+        return out + self._save()
+
+    def _on_app_down(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        """The peer's application stopped (RabbitMQ: 'DOWN' of {rabbit, Node})."""
+        out: list[Effect] = []
+        if sender in self._running:
+            self._running.discard(sender)
+            out += [
+                Log.info("node's application stopped", node=sender),
+                Notify("node_down", sender),
+            ]
+        # It resyncs when it starts again: no divergence with it is left to heal.
+        self._partitions.discard(sender)
+        out += self.autoheal.rabbit_down(sender, self._ctx())
+        return out + self._save()
+
+    def _on_joined_cluster(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        node = m["node"]
+        if node == self.node:
+            return []
+        return self._add_member(node, m["disc"]) + self._save()
+
+    def _on_left_cluster(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        node = m["node"]
+        if node == self.node:
+            return [
+                Log.warning(
+                    "a member says we left the cluster; ignored (a node's own membership "
+                    "changes on that node: rabbitry cluster leave)",
+                    sender=sender,
+                )
+            ]
+        if node not in self._all:
+            return []
+        return self._remove_member(node) + self._save()
+
+    def _on_keepalive(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        # Missed keepalives never mark a node down; only dist ticks do. What it carries is
+        # taken as node_up and view would be (anti-entropy), without a reply.
+        out: list[Effect] = []
+        if "node" in m:
+            out += self._peer(sender, m, reply=False)
+        if "views" in m:
+            out += self._on_view(sender, m, now)
+        return out
+
+    def _on_alarm(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        self._set_alarms(sender, m["resources"])
+        return []
+
+    def _on_check_partial_partition(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[Effect]:
+        """We are the checker: does the node `sender` saw down still look up to us, and is it
+        the same incarnation? Ask it for its creation (RabbitMQ's rpc of system_info(creation))."""
+        node = m["node"]
+        if m["reporter"] != sender or node in (self.node, sender):
+            return [
+                Log.warning(
+                    "node monitor: dropped a malformed check_partial_partition", sender=sender
+                )
+            ]
+        if m["checker_c"] != self.creation:
+            return [
+                Log.info(
+                    "check_partial_partition for an old incarnation of us; ignored", sender=sender
+                )
+            ]
+        if node not in self._up or self._guids.get(node) != m["node_c"]:
+            return []  # it is down for us too (or restarted): a full partition, nothing to say
+        self._checks.setdefault(node, {})[sender] = (m["node_c"], m["reporter_c"])
+        if node in self._queried:
+            return []
+        self._queried.add(node)
+        return [self._send(node, "creation_query")]
+
+    def _on_creation_query(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        return [self._send(sender, "creation_reply", creation=self.creation)]
+
+    def _on_creation_reply(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        self._queried.discard(sender)
+        out: list[Effect] = []
+        for reporter, (node_c, reporter_c) in sorted(self._checks.pop(sender, {}).items()):
+            if m["creation"] != node_c or reporter not in self._up:
+                continue
+            out += [
+                Log.warning(
+                    "partial partition: the reporter saw the node down, we still see it",
+                    reporter=reporter,
+                    node=sender,
+                ),
+                self._send(
+                    reporter, "partial_partition", node=sender, proxy=self.node, creation=reporter_c
+                ),
+                # Ours: the node it cannot see learns it too (if the cut is both ways, as it
+                # checks on arrival), so both ends of the broken link act at once.
+                self._send(
+                    sender, "partial_partition", node=reporter, proxy=self.node, creation=node_c
+                ),
+            ]
+        if out:
+            self._partial = True
+            out += self._resolve_partial()
+        return out
+
+    def _on_partial_partition(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        node = m["node"]
+        if m["proxy"] != sender:
+            return [
+                Log.warning(
+                    "node monitor: dropped a partial_partition not sent by its proxy", sender=sender
+                )
+            ]
+        if m["creation"] != self.creation or node not in self._all:
+            return [
+                Log.info(
+                    "partial_partition for an old incarnation or a non-member; ignored",
+                    sender=sender,
+                )
+            ]
+        if node in self._up or sender not in self._up:
+            # RabbitMQ acts on it regardless; by now the picture has changed, so it is stale.
+            return [Log.info("partial_partition no longer holds; ignored", node=node, proxy=sender)]
+        out: list[Effect] = [
+            Log.warning(
+                "Partial partition detected: we saw DOWN from the node; we can still see the "
+                "proxy, which can see it",
+                node=node,
+                proxy=sender,
+            ),
+            Notify("partial_partition", node),
+        ]
+        self._partial = True
+        return out + self._resolve_partial()
+
+    def _on_partial_partition_disconnect(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[Effect]:
+        if m["node"] != sender:
+            return [
+                Log.warning(
+                    "node monitor: dropped a partial_partition_disconnect naming another node",
+                    sender=sender,
+                )
+            ]
+        if sender not in self._up:
+            return []
+        self._cut.add(sender)
+        self._cutting.add(sender)
+        return [
+            Log.warning("disconnecting at the peer's request (partial partition)", node=sender),
+            Disconnect(sender, self.disconnect_ban),
+        ]
+
+    def _on_view(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        entries: dict[str, View] = {}
+        for origin, raw in m["views"].items():
+            view = view_from_wire(raw)
+            if (
+                view is None
+                or not isinstance(origin, str)
+                or not 0 < len(origin) <= MAX_NAME
+                or len(view.seen) > MAX_LIST
+            ):
+                return [
+                    Log.warning(
+                        "node monitor: dropped a malformed view",
+                        sender=sender,
+                        origin=str(origin)[:80],
+                    )
+                ]
+            entries[origin] = view
+        current = {n: self._guids[n] for n in self._up if n in self._guids}
+        changed, bumped = self._views.merge(sender, entries, self._all, current)
+        if sender in entries and sender in self._up:
+            self._fresh.add(sender)
+        out: list[Effect] = []
+        if changed:
+            relay = self._views.wire(changed)
+            out += [
+                self._send(n, "view", views=relay) for n in sorted(self._connected() - {sender})
+            ]
+        if bumped:
+            own = self._views.wire({self.node: self._views.own})
+            out += [self._send(n, "view", views=own) for n in sorted(self._connected())]
+        return out
+
+    def _on_autoheal(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        holding = self.autoheal.holds_app
+        out = self.autoheal.handle(sender, m, self._ctx())
+        if not holding and self.autoheal.holds_app and self._app == "stopped":
+            # Already stopped (paused by the mode): the winner must not wait for a stop.
+            out.append(self._send(self.autoheal.winner or sender, "app_down"))
+        return out
+
+    # ======================================================================= state helpers
+
+    def _others(self) -> set[str]:
+        return self._all - {self.node}
+
+    def _connected(self) -> set[str]:
+        return self._others() & set(self._up)
+
+    def _msg(self, t: str, **fields: Any) -> dict[str, Any]:
+        return {"t": t, "c": self.creation, **fields}
+
+    def _send(self, to: str, t: str, **fields: Any) -> Send:
+        return Send(to, self.NAME, self._msg(t, **fields))
+
+    def _broadcast(self, t: str, skip: str | None = None, **fields: Any) -> list[Effect]:
+        return [self._send(n, t, **fields) for n in sorted(self._connected()) if n != skip]
+
+    def _peer_record(self, peer: str) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "disc": self.node in self._disc,
+            "creation": self.creation,
+            "running": self._app in ("running", "stopping"),
+            "down": self._down_seen.get(peer),
+            "alarms": sorted(self._alarms.get(self.node, ())),
+        }
+
+    def _ctx(self) -> ah.Ctx:
+        return ah.Ctx(
+            node=self.node,
+            creation=self.creation,
+            name=self.NAME,
+            members=tuple(sorted(self._all)),
+            connected=frozenset(self._connected() & self._greeted),
+            partitions=frozenset(self._partitions),
+            weight=self._weight,
+        )
+
+    def _set_disc(self, node: str, disc: bool) -> None:
+        if disc:
+            self._disc.add(node)
+        else:
+            self._disc.discard(node)
+
+    def _set_alarms(self, node: str, resources: list[str]) -> None:
+        if resources:
+            self._alarms[node] = frozenset(resources)
+        else:
+            self._alarms.pop(node, None)
+
+    def _save(self) -> list[Effect]:
+        now = (tuple(sorted(self._all)), tuple(sorted(self._disc)), tuple(sorted(self._running)))
+        if now == self._saved:
+            return []
+        self._saved = now
+        return [SaveClusterStatus(*now)]
+
+    def _add_member(self, node: str, disc: bool) -> list[Effect]:
+        new = node not in self._all
+        self._all.add(node)
+        self._set_disc(node, disc)
+        if not new:
+            return []
+        out: list[Effect] = [Log.info("node joined the cluster", node=node, disc=disc)]
+        if node in self._up:  # tell it we run; its announce tells us whether it does
+            out.append(self._send(node, "node_up", **self._peer_record(node)))
+            out.append(self._send(node, "view", views=self._views.wire()))
+        else:
+            out.append(Connect(node))
+        return out
+
+    def _remove_member(self, node: str) -> list[Effect]:
+        out: list[Effect] = [Log.info("node left the cluster", node=node)]
+        out += self._gone(node, record=False)
+        for s in (self._all, self._disc, self._running, self._partitions, self._cut):
+            s.discard(node)
+        self._views.forget(node)
+        self._down_seen.pop(node, None)
+        return out
+
+    def _gone(self, node: str, record: bool = True) -> list[Effect]:
+        """`node` is no longer reachable: RabbitMQ's handle_dead_rabbit and handle_dead_node."""
+        out: list[Effect] = []
+        if record and self._app != "stopped" and node in self._guids:
+            self._down_seen[node] = self._guids[node]
+        self._greeted.discard(node)
+        self._fresh.discard(node)
+        self._cutting.discard(node)
+        if node in self._running:
+            self._running.discard(node)
+            out.append(Notify("node_down", node))
+        self._alarms.pop(node, None)  # rabbit_alarm:on_node_down
+        self._checks.pop(node, None)
+        for pending in self._checks.values():
+            pending.pop(node, None)
+        self._queried.discard(node)
+        out += self.autoheal.node_down(node, self._ctx())
+        return out + self._save()
+
+    def _forget_incarnation(self, node: str) -> list[Effect]:
+        """`node` restarted: whatever we knew of the old incarnation is stale (heal state,
+        partitions with it, whom it saw, the cut we made)."""
+        out = self._gone(node, record=False)
+        self._partitions.discard(node)
+        self._down_seen.pop(node, None)
+        self._cut.discard(node)
+        self._views.forget(node)
+        self._guids.pop(node, None)
+        return out
+
+    # ======================================================================= partial partitions
+
+    def _check_partial_partition(self, node: str) -> list[Effect]:
+        """Ask every other connected member whose creation we know whether `node` is really
+        down (RabbitMQ sends to the running ones; our paused monitors still answer)."""
+        node_c = self._guids.get(node)
+        if node_c is None and node in self._views.others:
+            node_c = self._views.others[node].creation  # never connected: gossip knows it
+        if node_c is None:
+            return []
+        out: list[Effect] = []
+        for checker in sorted(self._connected() - {node}):
+            checker_c = self._guids.get(checker)
+            if checker_c is None:
+                continue
+            out.append(
+                self._send(
+                    checker,
+                    "check_partial_partition",
+                    node=node,
+                    reporter=self.node,
+                    node_c=node_c,
+                    checker_c=checker_c,
+                    reporter_c=self.creation,
+                )
+            )
+        return out
+
+    def _recheck_down(self, down: list[str]) -> list[Effect]:
+        """A member that stays down for us while a peer we see can see it is a partial
+        partition no nodedown will ever report (it began while we were cut off from everyone,
+        or before we booted). RabbitMQ never finds those. Under pause_minority we check from the
+        first ping round on, every 5th round: the answer is at most a brief pause. Where the
+        answer may be a cut, from the 10th round, every 30th: while a partition heals, links
+        come back one by one (after reconnect bans), and those gaps must not be cut."""
+        first, every = (1, 5) if self.config.mode == "pause_minority" else (10, 30)
+        out: list[Effect] = []
+        for n in down:
+            ticks = self._down_ticks[n] = self._down_ticks.get(n, 0) + 1
+            if ticks % every != first % every:
+                continue
+            if any(
+                n in self._views.others[p].seen
+                for p in self._connected()
+                if p in self._views.others
+            ):
+                out += self._check_partial_partition(n)
+        return out
+
+    def _partial_in_sight(self) -> bool:
+        """Whether the nodes we can reach, directly or not, fail to all see each other."""
+        graph = self._views.graph(self._all)
+        component, todo = {self.node}, [self.node]
+        while todo:
+            for n in graph[todo.pop()]:
+                if n not in component:
+                    component.add(n)
+                    todo.append(n)
+        return any(len(graph[n] & component) != len(component) - 1 for n in component)
+
+    def _preferred(self) -> set[str]:
+        if self.config.mode != "pause_if_all_down":
+            return set()
+        return set(self.config.nodes) & self._all
+
+    def _parts(
+        self, assume: set[str] | None = None, physical: bool = False
+    ) -> list[frozenset[str]]:
+        graph = self._views.graph(self._all, assume or (), physical)
+        return decompose(graph, preferred=self._preferred(), paused=self._views.paused_nodes())
+
+    def _part_runs(self, part: frozenset[str]) -> bool:
+        """Whether the nodes of `part` keep their application under the current mode."""
+        if self.config.mode == "pause_minority":
+            return majority(part, self._all)
+        if self.config.mode == "pause_if_all_down":
+            preferred = self._preferred()
+            return not preferred or bool(part & preferred)
+        return True
+
+    def _should_cut(self, node: str, parts: list[frozenset[str]]) -> bool:
+        """A link is cut when it joins two different parts that both keep running (links to
+        paused nodes are harmless, so pause_minority never cuts)."""
+        if self.config.mode == "pause_minority":
+            return False
+        mine, theirs = part_of(self.node, parts), part_of(node, parts)
+        return node not in mine and self._part_runs(mine) and self._part_runs(theirs)
+
+    def _resolve_partial(self) -> list[Effect]:
+        """A partial partition is confirmed: make it a full one along the parts every node
+        computes alike (RabbitMQ: upgrade_to_full_partition from the proxy, on both sides)."""
+        parts = self._parts(physical=True)
+        out: list[Effect] = []
+        for n in sorted(self._connected()):
+            if self._should_cut(n, parts):
+                out += self._cut_link(n)
+        return out
+
+    def _cut_link(self, n: str) -> list[Effect]:
+        """upgrade_to_full_partition for one link: tell the peer, which disconnects at once,
+        and disconnect ourselves `disconnect_delay` later if it has not. (RabbitMQ disconnects
+        right after the cast, so the peer may never hear why, reconnect after the ban and be
+        cut again, for as long as the fault lasts.) Both ends then leave the link alone (no
+        pings) until `_review_cuts` finds the fault gone."""
+        self._cut.add(n)
+        self._cutting.add(n)
+        out: list[Effect] = [
+            Log.warning("upgrading the partial partition to a full one: disconnecting", node=n),
+            self._send(n, "partial_partition_disconnect", node=self.node),
+        ]
+        if self.disconnect_delay <= 0:
+            return [*out, Disconnect(n, self.disconnect_ban)]
+        key = CUT_TIMER + n
+        if key not in self._timers:
+            self._timers.add(key)
+            out.append(SetTimer(key, self.disconnect_delay))
+        return out
+
+    def _review_cuts(self) -> list[Effect]:
+        """Reconnect a cut link once it would no longer be cut if it were up: the fault that
+        made it cross two parts has healed. Until then it is not pinged, so it does not flap."""
+        self._cut &= self._others()
+        idle = self._cut - set(self._up)
+        # reconnected by the other side, and we have its view since: judge it afresh
+        back = (self._cut & self._fresh) - self._cutting
+        if not (idle or back):
+            return []
+        parts = self._parts(assume=idle | back, physical=True)
+        out: list[Effect] = []
+        for n in sorted(idle | back):
+            if self._should_cut(n, parts):
+                if n in back:
+                    out += self._cut_link(n)  # still faulty: it missed our request
+            else:
+                self._cut.discard(n)
+                out.append(Log.info("the partial partition is over: reconnecting", node=n))
+                if n in idle:
+                    out.append(Connect(n))
+        return out
+
+    # ======================================================================= the decision
+
+    def _settle(self, now: float) -> list[Effect]:
+        """Bring everything that derives from the state up to date, after every event."""
+        out = self._refresh_view()
+        if self._partial and not self._partial_in_sight():
+            self._partial = False
+            out.append(Log.info("the partial partition is no longer in sight"))
+        if self._want_autoheal:
+            self._want_autoheal = False
+            out += self._maybe_autoheal()
+        out += self._decide()
+        out += self._review_cuts()
+        out += self._refresh_view()
+        out += self._clear_stale_partitions()
+        return out + self._ensure_timers()
+
+    def _refresh_view(self, skip: str | None = None) -> list[Effect]:
+        seen = self._connected() | {self.node}
+        if not self._views.set_own(seen, self._paused, self._cut):
+            return []
+        own = self._views.wire({self.node: self._views.own})
+        return self._broadcast("view", skip=skip, views=own)
+
+    def _mode_pause(self) -> tuple[bool, str]:
+        """RabbitMQ's rule on the nodes we reach, then, while a partial partition is confirmed
+        and in sight, the same rule on our part of partitions.decompose. (Views alone are not
+        enough: when a node dies, its peers see it go at different moments, and the first to
+        notice would pause for nothing.)"""
+        mode = self.config.mode
+        if mode not in ("pause_minority", "pause_if_all_down"):
+            return False, ""
+        reachable = frozenset(self._connected() | {self.node})
+        if not self._part_runs(reachable):
+            if mode == "pause_minority":
+                return True, (
+                    f"pause_minority: {len(reachable)} of {len(self._all)} members reachable, "
+                    "not a strict majority"
+                )
+            return True, "pause_if_all_down: none of the preferred nodes is reachable"
+        if not self._partial:
+            return False, ""
+        mine = part_of(self.node, self._parts())
+        if self._part_runs(mine):
+            return False, ""
+        if mode == "pause_minority":
+            return True, (
+                f"pause_minority: partial partition; the best fully-connected set holding this "
+                f"node has {len(mine)} of {len(self._all)} members, not a strict majority"
+            )
+        return True, "pause_if_all_down: partial partition; no preferred node in this node's part"
+
+    def _decide(self) -> list[Effect]:
+        """Pause or resume from the current state alone; nothing in flight can block it."""
+        out: list[Effect] = []
+        pause, why = self._mode_pause()
+        if self._booting:
+            if pause:
+                if not self._boot_logged:
+                    self._boot_logged = True
+                    out.append(Log.info("not pausing during the start-up grace", reason=why))
+                pause = False
+            elif self._connected():
+                self._booting = False  # we have reached a cluster: the grace has done its job
+        if self.autoheal.holds_app and not pause:
+            pause, why = True, "autoheal: this node lost; waiting for the winner"
+        if pause == self._paused:
+            return out
+        self._paused = pause
+        if pause:
+            if self._app in ("running", "starting"):
+                self._app = "stopping"
+            return [
+                *out,
+                Log.warning("pausing the application", reason=why),
+                PauseApp(why),
+                Notify("paused", self.node),
+            ]
+        if self._app in ("stopped", "stopping"):
+            self._app = "starting"
+        return [
+            *out,
+            Log.info("resuming the application"),
+            ResumeApp("condition holds"),
+            Notify("resumed", self.node),
+        ]
+
+    def _maybe_autoheal(self) -> list[Effect]:
+        """rabbit_node_monitor:maybe_autoheal: only once every member is connected (and has
+        told us, by node_up, whether it saw us down: else the partitions are not all known)."""
+        if not (self.config.autoheal and self._partitions):
+            return []
+        if self._others() - (set(self._up) & self._greeted):
+            return []
+        return self.autoheal.maybe_start(self._ctx())
+
+    def _clear_stale_partitions(self) -> list[Effect]:
+        """RabbitMQ #17319: in the pause modes (not recovering by autoheal), once every member
+        is up and fully connected, recorded partitions are stale: the losing side paused."""
+        if not self._partitions or not self.config.pauses or self.config.autoheal:
+            return []
+        if self._others() - set(self._up) or not is_fully_connected(self._views.graph(self._all)):
+            return []
+        cleared = sorted(self._partitions)
+        self._partitions.clear()
+        return [
+            Log.info(
+                "partitions cleared: every member is up and fully connected", partitions=cleared
+            )
+        ]
+
+    def _ensure_timers(self) -> list[Effect]:
+        out: list[Effect] = []
+        down = self._others() - set(self._up) - self._cut
+        wanted = {
+            TIMER_PING: (bool(down), self.down_ping_interval),
+            TIMER_PAUSE_CHECK: (self._paused, self.down_ping_interval),
+            TIMER_KEEPALIVE: (self._started, self.keepalive_interval),
+            TIMER_STARTUP: (self._started and self._booting, self.startup_grace),
+        }
+        for key, (needed, after) in wanted.items():
+            if needed and key not in self._timers:
+                self._timers.add(key)
+                out.append(SetTimer(key, after))
+            elif not needed and key in self._timers:
+                self._timers.discard(key)
+                out.append(CancelTimer(key))
+        return out

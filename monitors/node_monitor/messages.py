@@ -1,0 +1,117 @@
+"""The messages node monitors send each other, and their validation.
+
+Every message is a JSON object with a type `t` and the sender's creation `c` (so a message from
+an incarnation that has since restarted can be told apart and dropped). Bad input (unknown
+type, missing field, wrong type, oversized list) is described by `problem()`; the core logs it
+and drops the message, it never raises (DESIGN.md principle 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_NAME = 255  # a node name or alarm resource
+MAX_LIST = 1024  # nodes in a list, views in a view message
+
+# field -> kind: "str", "int", "bool", "int?" (int or null), "[str]" (a list of strings),
+# "views" (checked entry by entry by the core)
+_PEER = {
+    "node": "str",
+    "disc": "bool",
+    "creation": "int",
+    "running": "bool",
+    "down": "int?",
+    "alarms": "[str]",
+}
+SCHEMAS: dict[str, dict[str, str]] = {
+    # membership and liveness (rabbit_node_monitor)
+    "node_up": _PEER,
+    "announce": _PEER,
+    "app_down": {},
+    "joined_cluster": {"node": "str", "disc": "bool"},
+    "left_cluster": {"node": "str"},
+    "keepalive": {},
+    "alarm": {"resources": "[str]"},
+    # partial partitions
+    "check_partial_partition": {
+        "node": "str",
+        "reporter": "str",
+        "node_c": "int",
+        "checker_c": "int",
+        "reporter_c": "int",
+    },
+    "creation_query": {},
+    "creation_reply": {"creation": "int"},
+    "partial_partition": {"node": "str", "proxy": "str", "creation": "int"},
+    "partial_partition_disconnect": {"node": "str"},
+    "view": {"views": "views"},
+    # rabbit_autoheal
+    "request_start": {"node": "str"},
+    "autoheal_status_request": {},
+    "autoheal_status": {"partitions": "[str]", "nodes": "[str]", "weight": "int"},
+    "become_winner": {"losers": "[str]"},
+    "winner_is": {"winner": "str"},
+    "autoheal_safe_to_start": {},
+    "autoheal_finished": {"winner": "str"},
+    "report_autoheal_status": {},
+}
+
+
+# Fields that may be there. A keepalive carries the sender's node_up record and its own view,
+# so that a lost node_up, app_down or view is repaired within one keepalive round.
+OPTIONAL: dict[str, dict[str, str]] = {"keepalive": {**_PEER, "views": "views"}}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _kind_problem(kind: str, value: Any) -> str | None:
+    if kind == "str":
+        if not isinstance(value, str) or not value or len(value) > MAX_NAME:
+            return f"expected a non-empty string of at most {MAX_NAME} characters"
+    elif kind == "int":
+        if not _is_int(value):
+            return "expected an integer"
+    elif kind == "int?":
+        if value is not None and not _is_int(value):
+            return "expected an integer or null"
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            return "expected true or false"
+    elif kind == "[str]":
+        if not isinstance(value, list) or len(value) > MAX_LIST:
+            return f"expected a list of at most {MAX_LIST} strings"
+        if not all(isinstance(v, str) and 0 < len(v) <= MAX_NAME for v in value):
+            return "expected a list of non-empty strings"
+    elif kind == "views" and (not isinstance(value, dict) or len(value) > MAX_LIST):
+        return f"expected an object of at most {MAX_LIST} views"
+    return None
+
+
+def problem(msg: Any) -> str | None:
+    """What is wrong with `msg`, or None if it is a well-formed node monitor message."""
+    if not isinstance(msg, dict):
+        return f"expected a JSON object, got {type(msg).__name__}"
+    t = msg.get("t")
+    if not isinstance(t, str):
+        return "no message type (key 't')"
+    schema = SCHEMAS.get(t)
+    if schema is None:
+        return f"unknown message type {t[:64]!r}"
+    if "c" in msg and not _is_int(msg["c"]):
+        return "c (the sender's creation) must be an integer"
+    for key, kind in schema.items():
+        if key not in msg:
+            return f"{t}: missing field {key!r}"
+        bad = _kind_problem(kind, msg[key])
+        if bad:
+            return f"{t}: field {key!r}: {bad}"
+    optional = OPTIONAL.get(t, {})
+    for key, kind in optional.items():
+        bad = _kind_problem(kind, msg[key]) if key in msg else None
+        if bad:
+            return f"{t}: field {key!r}: {bad}"
+    if t == "keepalive" and any(k in msg for k in _PEER) and not all(k in msg for k in _PEER):
+        return "keepalive: a peer record needs all of " + ", ".join(_PEER)
+    return None

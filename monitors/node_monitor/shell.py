@@ -1,0 +1,349 @@
+"""NodeMonitor: the actor shell around NodeMonitorCore.
+
+The core decides; this Process does the I/O. It feeds the core the NetKernel's NodeUp/NodeDown,
+the messages sent to the registered name NodeMonitorCore.NAME, and its timers, and performs the
+effects the core returns: messages through the NetKernel, timers as threading.Timers that tell
+this process when they fire, connects on a helper thread (a connect blocks), the cluster files
+written atomically, and pausing or resuming the node's application tree through `AppControl`.
+
+Pauses and resumes run one at a time, in order, on their own thread: stopping an application
+tree can take its children's whole shutdown time, and the monitor must keep answering meanwhile
+(RabbitMQ runs them in rabbit_outside_app_process for the same reason).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from monitors.dist import Message, NetKernel, NodeDown, NodeUp
+from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
+from monitors.node_monitor.config import PartitionHandling
+from monitors.node_monitor.core import NodeMonitorCore
+from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
+from monitors.node_monitor.status import ClusterStatus, read_cluster_status, write_cluster_status
+from supervisors import Process
+
+log = logging.getLogger("monitors.node_monitor")
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """What a subscriber of the node monitor receives (RabbitMQ's node_up/node_down casts):
+    `event` is node_up, node_down, partition, partial_partition, paused or resumed."""
+
+    event: str
+    node: str
+
+
+@dataclass(frozen=True)
+class AppControl:
+    """How the monitor stops and starts the node's application tree. Both calls block until
+    done; they run on the monitor's app thread, never on its actor thread."""
+
+    pause: Callable[[], None]
+    resume: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class _Fired:
+    key: str
+    generation: int
+    data: Any
+
+
+@dataclass(frozen=True)
+class _AppDone:
+    started: bool
+
+
+@dataclass(frozen=True)
+class _Subscribe:
+    ref: Any
+    on: bool
+
+
+_MEMBERSHIP: dict[str, Any] = {
+    "cluster_query": lambda shell, msg: shell._cluster_query(msg),
+    "address": lambda shell, msg: shell._learn_address(msg),
+}
+
+
+class NodeMonitor(Process):
+    """One node's monitor (rabbit_node_monitor). Start it after the node's NetKernel.
+
+    `kernel` is the NetKernel (or its ref). The cluster status comes from `data_dir` when the
+    cluster files exist, else from `initial_nodes` (the config file's cluster, all disc nodes,
+    as RabbitMQ's classic config peer discovery forms the cluster at first start).
+    """
+
+    trap_exit = True  # like rabbit_node_monitor: a supervisor shutdown must not cut a file write
+
+    def __init__(
+        self,
+        kernel: Any,
+        data_dir: str | os.PathLike[str],
+        partition_handling: PartitionHandling | str | dict | None = None,
+        *,
+        initial_nodes: Iterable[str] = (),
+        app: AppControl | None = None,
+        **core_options: Any,
+    ) -> None:
+        super().__init__()
+        self._kernel_ref = kernel
+        self.data_dir = Path(data_dir)
+        if partition_handling is None or isinstance(partition_handling, PartitionHandling):
+            self._config = partition_handling or PartitionHandling()
+        else:
+            self._config = PartitionHandling.parse(partition_handling)
+        self._initial_nodes = tuple(initial_nodes)
+        self._app = app
+        self._core_options = core_options
+        self._timers: dict[str, tuple[int, threading.Timer]] = {}
+        self._generations = 0
+        self._subscribers: dict[str, Any] = {}
+        self._connecting: set[str] = set()
+        self._app_jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._app_thread: threading.Thread | None = None
+        self.core: NodeMonitorCore | None = None
+
+    # ---------------------------------------------------------------------- lifecycle
+
+    def on_start(self) -> None:
+        self.kernel = NetKernel.of(self._kernel_ref)
+        node = self.kernel.node
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        status = read_cluster_status(self.data_dir, node)
+        if status is None:
+            nodes = sorted({node, *self._initial_nodes})
+            status = ClusterStatus(all=nodes, disc=nodes, running=[node])
+        self.core = NodeMonitorCore(
+            node,
+            self.kernel.creation,
+            status,
+            self._config,
+            disconnect_ban=self.kernel.disconnect_ban,
+            **self._core_options,
+        )
+        self._app_thread = threading.Thread(
+            target=self._app_loop, name=f"node-monitor-app-{node}", daemon=True
+        )
+        self._app_thread.start()
+        self.kernel.register(NodeMonitorCore.NAME, self.actor_ref)
+        self.kernel.monitor_nodes(self.actor_ref)
+        self._perform(self.core.start(time.monotonic()))
+        for peer in self.kernel.nodes():  # already connected before we subscribed
+            creation = self.kernel.peer_creation(peer)
+            if creation is not None:
+                self._perform(self.core.nodeup(peer, creation, time.monotonic()))
+
+    def on_stop(self) -> None:
+        self._shutdown()
+        if self.core is not None:  # RabbitMQ writes nodes_running_at_shutdown as it stops
+            with contextlib.suppress(OSError):
+                write_cluster_status(self.data_dir, self.core.cluster_status())
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        self._shutdown()
+
+    def on_kill(self) -> None:
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        for _, timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._app_jobs.put(None)
+        kernel = getattr(self, "kernel", None)
+        if kernel is not None:
+            with contextlib.suppress(Exception):
+                kernel.demonitor_nodes(self.actor_ref)
+                kernel.unregister(NodeMonitorCore.NAME)
+
+    # ---------------------------------------------------------------------- the API
+
+    def get_status(self) -> dict[str, Any]:
+        """The status the control API and `rabbitry cluster status` show."""
+        assert self.core is not None
+        return self.core.status()
+
+    def is_paused(self) -> bool:
+        assert self.core is not None
+        return self.core.paused
+
+    def set_alarm(self, resource: str, active: bool) -> None:
+        """Raise or clear a resource alarm on this node; peers are told."""
+        assert self.core is not None
+        self._perform(self.core.set_alarm(resource, active, time.monotonic()))
+
+    def set_weight(self, n: int) -> None:
+        """Autoheal weight: how much this node's partition is worth keeping (default: the
+        number of running application processes, set by the node)."""
+        assert self.core is not None
+        self.core.set_weight(n)
+
+    def joined_cluster(self, node: str, disc: bool = True) -> None:
+        assert self.core is not None
+        self._perform(self.core.joined_cluster(node, disc, time.monotonic()))
+
+    def left_cluster(self, node: str) -> None:
+        assert self.core is not None
+        self._perform(self.core.left_cluster(node, time.monotonic()))
+
+    def subscribe(self, ref: Any) -> None:
+        """Send NodeEvent messages to `ref` (a Process) from now on."""
+        self._subscribers[ref.actor_urn] = ref
+
+    def unsubscribe(self, ref: Any) -> None:
+        self._subscribers.pop(ref.actor_urn, None)
+
+    # ---------------------------------------------------------------------- events
+
+    def on_receive(self, message: Any) -> Any:
+        core = self.core
+        assert core is not None
+        now = time.monotonic()
+        if isinstance(message, Message):
+            query = message.msg.get("t") if isinstance(message.msg, dict) else None
+            if query in _MEMBERSHIP:
+                return _MEMBERSHIP[query](self, message.msg)
+            self._perform(core.receive(message.node, message.msg, now))
+        elif isinstance(message, NodeUp):
+            self._perform(core.nodeup(message.node, message.creation, now))
+        elif isinstance(message, NodeDown):
+            self._connecting.discard(message.node)
+            self._perform(core.nodedown(message.node, message.reason, now))
+        elif isinstance(message, _Fired):
+            current = self._timers.get(message.key)
+            if current is not None and current[0] == message.generation:
+                del self._timers[message.key]
+                self._perform(core.timer(message.key, now, message.data))
+        elif isinstance(message, _AppDone):
+            effects = core.app_started(now) if message.started else core.app_stopped(now)
+            self._perform(effects)
+        elif isinstance(message, tuple) and message and message[0] == "connect-done":
+            self._connecting.discard(message[1])
+        else:
+            return super().on_receive(message)
+        return None
+
+    # ---------------------------------------------------------------------- membership
+    # Two requests of `rabbitry cluster join` that are not part of the monitor's protocol: the
+    # joiner asks a member for the membership and the members' addresses, then tells every
+    # member its own address, so that they can reach it after a disconnect.
+
+    def _cluster_query(self, _msg: dict[str, Any]) -> dict[str, Any]:
+        assert self.core is not None
+        status = self.core.status()
+        return {
+            "all": status["all"],
+            "disc": status["disc"],
+            "addresses": {**self.kernel.addresses(), self.kernel.node: self.kernel.address},
+        }
+
+    def _learn_address(self, msg: dict[str, Any]) -> None:
+        node, address = msg.get("node"), msg.get("address")
+        if (
+            isinstance(node, str)
+            and isinstance(address, str)
+            and node not in self.kernel.addresses()
+        ):
+            try:
+                self.kernel.set_address(node, address)
+            except ValueError as exc:
+                log.warning("node monitor: bad address for %s dropped: %s", node, exc)
+
+    # ---------------------------------------------------------------------- effects
+
+    def _perform(self, effects: Iterable[Any]) -> None:
+        for effect in effects:
+            try:
+                self._perform_one(effect)
+            except Exception:  # one failed effect must not stop the ones after it
+                log.exception("node monitor: performing %r failed", effect)
+
+    def _perform_one(self, effect: Any) -> None:
+        kind = type(effect)
+        if kind is Send:
+            self.kernel.send(effect.node, effect.name, effect.msg)
+        elif kind is SetTimer:
+            self._set_timer(effect.key, effect.after, effect.data)
+        elif kind is CancelTimer:
+            entry = self._timers.pop(effect.key, None)
+            if entry is not None:
+                entry[1].cancel()
+        elif kind is Connect:
+            self._connect(effect.node)
+        elif kind is Disconnect:
+            self.kernel.disconnect(effect.node)
+        elif kind is Log:
+            log.log(effect.level, "%s", effect.text, extra={"fields": effect.fields})
+        elif kind is PauseApp:
+            self._app_jobs.put(False)  # the core logs why
+        elif kind is ResumeApp:
+            self._app_jobs.put(True)
+        elif kind is SaveClusterStatus:
+            write_cluster_status(
+                self.data_dir,
+                ClusterStatus(all=effect.all, disc=effect.disc, running=effect.running),
+            )
+        elif kind is Notify:
+            for urn, ref in list(self._subscribers.items()):
+                try:
+                    ref.tell(NodeEvent(effect.event, effect.node))
+                except Exception:
+                    self._subscribers.pop(urn, None)
+        else:
+            log.error("node monitor: unknown effect %r dropped", effect)
+
+    def _set_timer(self, key: str, after: float, data: Any) -> None:
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old[1].cancel()
+        self._generations += 1
+        fired = _Fired(key, self._generations, data)
+        timer = threading.Timer(max(0.0, after), self._tell_quietly, args=(fired,))
+        timer.daemon = True
+        self._timers[key] = (self._generations, timer)
+        timer.start()
+
+    def _tell_quietly(self, message: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.actor_ref.tell(message)
+
+    def _connect(self, node: str) -> None:
+        if node in self._connecting:
+            return  # one attempt at a time per node; the core pings again on its timer
+        self._connecting.add(node)
+
+        def attempt() -> None:
+            try:
+                self.kernel.connect(node)
+            except Exception as exc:
+                log.debug("node monitor: connect to %s failed: %s", node, exc)
+            self._tell_quietly(("connect-done", node))
+
+        threading.Thread(target=attempt, name=f"connect-{node}", daemon=True).start()
+
+    def _app_loop(self) -> None:
+        """Run pauses and resumes in order; report each to the core when done."""
+        while True:
+            job = self._app_jobs.get()
+            if job is None:
+                return
+            if self._app is not None:
+                try:
+                    (self._app.resume if job else self._app.pause)()
+                except Exception:
+                    log.exception(
+                        "node monitor: %s the application failed", "resuming" if job else "pausing"
+                    )
+            self._tell_quietly(_AppDone(started=job))
