@@ -17,7 +17,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-COMMAND_MODULES: tuple[str, ...] = ("rabbitry.cli_tree", "rabbitry.cli_cluster")
+COMMAND_MODULES: tuple[str, ...] = (
+    "rabbitry.cli_tree",
+    "rabbitry.cli_node",
+    "rabbitry.cli_cluster",
+)
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"

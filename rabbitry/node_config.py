@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from monitors.node_monitor.config import PartitionHandling, PartitionHandlingError
 from supervisors import ConfigChecker, ConfigError, TreeSpec, load_tree, read_config_file
 from supervisors.config_check import join, show, typed
 
@@ -97,7 +98,7 @@ class NodeConfig:
     data_dir: Path
     net_ticktime: float = DEFAULT_NET_TICKTIME
     peers: dict[str, Address] = field(default_factory=dict)
-    partition_handling: Any = "ignore"
+    partition_handling: PartitionHandling = field(default_factory=PartitionHandling)
     bus: str | None = None
     control: Address | None = None
     tree: TreeSpec | None = None
@@ -244,19 +245,17 @@ class _NodeChecker(ConfigChecker):
                 peers[name] = address
         return peers
 
-    def partition_handling(self, data: dict) -> Any:
+    def partition_handling(self, data: dict) -> PartitionHandling:
         if "partition_handling" not in data:
-            return "ignore"
-        from monitors.node_monitor.config import parse_partition_handling
-
+            return PartitionHandling()
         try:
-            return parse_partition_handling(data["partition_handling"])
-        except (ValueError, TypeError) as exc:
+            return PartitionHandling.parse(data["partition_handling"])
+        except PartitionHandlingError as exc:
             self.fail(
-                "partition_handling",
+                exc.where,
                 "ignore, pause_minority, autoheal or "
                 "{pause_if_all_down: {nodes: [...], recover: ignore|autoheal}}",
-                problem=str(exc),
+                problem=exc.problem,
                 at=(data, "partition_handling"),
             )
 

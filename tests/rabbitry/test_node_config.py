@@ -165,6 +165,47 @@ def test_errors_carry_the_yaml_line(tmp_path: Path) -> None:
     assert caught.value.line == 5
 
 
+def test_partition_handling_forms(tmp_path: Path) -> None:
+    from monitors.node_monitor.config import PartitionHandling
+
+    path = _write(
+        tmp_path,
+        "node: a@h\nlisten: h:1\ncookie: x\npartition_handling:\n"
+        "  pause_if_all_down: {nodes: [b@h], recover: autoheal}\n",
+    )
+    config = load_node_config(path)
+    assert config.partition_handling == PartitionHandling(
+        "pause_if_all_down", nodes=("b@h",), recover="autoheal"
+    )
+    path = _write(
+        tmp_path, "node: a@h\nlisten: h:1\ncookie: x\npartition_handling: pause_minority\n"
+    )
+    assert load_node_config(path).partition_handling.mode == "pause_minority"
+
+
+@pytest.mark.parametrize(
+    ("value", "key_path"),
+    [
+        ("pause_minorty", "partition_handling"),
+        ("pause_if_all_down", "partition_handling"),
+        (
+            "{pause_if_all_down: {nodes: [], recover: ignore}}",
+            "partition_handling.pause_if_all_down.nodes",
+        ),
+        (
+            "{pause_if_all_down: {nodes: [b@h], recover: retry}}",
+            "partition_handling.pause_if_all_down.recover",
+        ),
+    ],
+)
+def test_partition_handling_mistakes(tmp_path: Path, value: str, key_path: str) -> None:
+    path = _write(tmp_path, f"node: a@h\nlisten: h:1\ncookie: x\npartition_handling: {value}\n")
+    with pytest.raises(NodeConfigError) as caught:
+        load_node_config(path)
+    assert caught.value.key_path == key_path
+    assert caught.value.line == 4
+
+
 def test_a_bad_tree_file_reports_the_tree_file(tmp_path: Path) -> None:
     (tmp_path / "tree.yaml").write_text("supervisor:\n  strategy: sometimes\n")
     path = _write(tmp_path, "node: a@h\nlisten: h:1\ncookie: x\ntree: ./tree.yaml\n")

@@ -1,0 +1,90 @@
+"""`rabbitry node start --config FILE`: run one cluster node in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any
+
+from rabbitry.cli import HelpFormatter, add_log_level, configure_logging
+from supervisors import ConfigError, StartChildError, format_reason
+
+NODE_EPILOG = """\
+examples:
+  rabbitry node start --config examples/cluster/a.yaml
+  rabbitry node start --config node.yaml --log-level debug
+
+Once every part runs, the node prints one line on stdout:
+  READY <node> <dist host:port> control=<host:port|->
+SIGTERM or Ctrl-C stops it in order (the application first, the dist layer last) and writes
+nodes_running_at_shutdown in its data_dir. The config format is in docs/node.md."""
+
+
+def register(commands: Any) -> None:
+    """Add `node start` to the `rabbitry` command's subparsers."""
+    node = commands.add_parser(
+        "node",
+        help="run a cluster node (dist, node monitor, control API, application tree)",
+        description="Run a rabbitry node: one OS process, one cluster member.",
+        epilog=NODE_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    node.set_defaults(help_parser=node)
+    sub = node.add_subparsers(title="node commands", metavar="COMMAND")
+    start = sub.add_parser(
+        "start",
+        help="start a node from its config file and run it until SIGTERM/Ctrl-C",
+        description="Start the node's root tree (net_kernel, node_monitor, node_stats, control, "
+        "app) and run it in the foreground.",
+        epilog=NODE_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    start.add_argument("--config", required=True, metavar="FILE", help="the node config file")
+    add_log_level(start)
+    start.set_defaults(handler=start_command, help_parser=start)
+
+
+def start_command(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    from rabbitry.node import Node, wait_ready
+    from rabbitry.node_config import load_node_config
+
+    try:
+        config = load_node_config(args.config)
+    except ConfigError as exc:
+        print(f"rabbitry node start: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if received:  # a second signal while stopping: give up waiting
+            print("rabbitry node start: stopping now", file=sys.stderr)
+            raise SystemExit(1)
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        node = Node.start(config)
+        wait_ready(node)
+    except StartChildError as exc:
+        print(f"rabbitry node start: {config.node} failed to start: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"READY {config.node} {node.dist_address} control={node.control_address or '-'}",
+        flush=True,
+    )
+    while not stop.wait(0.5):
+        if not node.root.is_alive():
+            from supervisors import exit_reason
+
+            reason = format_reason(exit_reason(node.root))
+            print(f"rabbitry node start: {config.node} stopped: {reason}", file=sys.stderr)
+            return 1
+    print(f"rabbitry node start: {received[0]}: stopping {config.node}", file=sys.stderr)
+    node.stop()
+    return 0

@@ -1,0 +1,304 @@
+"""A node: one OS process running the root supervision tree of a rabbitry cluster member.
+
+    root (rest_for_one)
+      net_kernel     the dist layer (TCP mesh, cookie auth, ticks)
+      node_monitor   rabbit_node_monitor: cluster status, partitions, pausing
+      node_stats     resource alarms and the autoheal weight, sampled every few seconds
+      control        the HTTP JSON control API (when `control:` is set)
+      app            the application tree from `tree:` (what pauses)
+
+rest_for_one: if the dist layer dies, everything after it is restarted too, as an Erlang node
+without its net_kernel is no cluster member. Pausing (pause_minority, pause_if_all_down, an
+autoheal loser) terminates only `app`; resuming restarts it. Dist, the monitor and the control
+API keep running, as RabbitMQ stops the rabbit application while the VM lives on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from monitors.alarms import DISK, MEMORY, evaluate, sample
+from monitors.dist import NetKernel
+from monitors.node_monitor.core import NodeMonitorCore
+from monitors.node_monitor.shell import AppControl, NodeMonitor
+from monitors.node_monitor.status import atomic_write
+from rabbitry.control import Conflict, ControlServer
+from rabbitry.node_config import NodeConfig
+from supervisors import ChildSpec, Process, Supervisor, SupFlags
+
+log = logging.getLogger("rabbitry.node")
+
+STATS_INTERVAL = 2.5  # RabbitMQ's vm_memory_monitor checks every 2.5 s
+ADDRESSES_FILE = "dist_addresses.json"
+
+
+class _Parts:
+    """The refs of the root's children as they (re)start, for the start callables of the
+    children after them. A start callable runs in the root supervisor's thread and so cannot
+    ask the supervisor itself."""
+
+    def __init__(self) -> None:
+        self.kernel: Any = None
+        self.monitor: Any = None
+        self.control: Any = None
+
+
+class NodeStats(Process):
+    """Samples memory and disk every STATS_INTERVAL seconds, raises and clears the alarms on
+    the node monitor, and sets the autoheal weight (the application's running processes)."""
+
+    def __init__(self, monitor: Any, config: NodeConfig, weight: Any) -> None:
+        super().__init__()
+        self._monitor = monitor.proxy()
+        self._config = config
+        self._weight = weight
+        self._active: set[str] = set()
+        self._timer: threading.Timer | None = None
+
+    def on_start(self) -> None:
+        self._config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._tick()
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "tick":
+            self._tick()
+            return None
+        return super().on_receive(message)
+
+    def _tick(self) -> None:
+        thresholds = self._config.alarms
+        active = evaluate(
+            sample(self._config.data_dir),
+            thresholds.memory_high_watermark,
+            thresholds.disk_free_limit,
+        )
+        for resource in (MEMORY, DISK):
+            if (resource in active) != (resource in self._active):
+                self._monitor.set_alarm(resource, resource in active)
+        self._active = active
+        self._monitor.set_weight(self._weight())
+        self._timer = threading.Timer(STATS_INTERVAL, self._tell_tick)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _tell_tick(self) -> None:
+        with contextlib.suppress(Exception):
+            self.actor_ref.tell("tick")
+
+    def on_stop(self) -> None:
+        self._cancel()
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        self._cancel()
+
+    def on_kill(self) -> None:
+        self._cancel()
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class Node:
+    """A started node. `Node.start(config)` returns once every part is running."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.parts = _Parts()
+        self.root: Any = None
+
+    @classmethod
+    def start(cls, config: NodeConfig) -> Node:
+        node = cls(config)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        node.root = Supervisor.start(
+            SupFlags("rest_for_one", intensity=3, period=10.0), node._children(), name=config.node
+        )
+        return node
+
+    def stop(self) -> None:
+        """Stop every part in reverse order; the monitor writes nodes_running_at_shutdown."""
+        if self.root is not None and self.root.is_alive():
+            self.root.stop()
+
+    @property
+    def kernel(self) -> NetKernel:
+        return NetKernel.of(self.parts.kernel)
+
+    @property
+    def dist_address(self) -> str:
+        return str(self.kernel.address)
+
+    @property
+    def control_address(self) -> str | None:
+        if self.parts.control is None:
+            return None
+        host, port = self.parts.control.proxy().get_address().get(timeout=5)
+        return f"{host}:{port}"
+
+    def status(self) -> dict[str, Any]:
+        return self.parts.monitor.proxy().get_status().get(timeout=10)
+
+    # ------------------------------------------------------------------ the children
+
+    def _children(self) -> list[ChildSpec]:
+        config = self.config
+        children = [
+            ChildSpec("net_kernel", self._start_kernel, shutdown=5.0),
+            ChildSpec("node_monitor", self._start_monitor, shutdown=10.0),
+            ChildSpec("node_stats", self._start_stats, shutdown=2.0),
+        ]
+        if config.control is not None:
+            children.append(ChildSpec("control", self._start_control, shutdown=5.0))
+        if config.tree is not None:
+            children.append(
+                ChildSpec(
+                    "app",
+                    (Supervisor, (config.tree.flags, config.tree.children), {"name": "app"}),
+                    type="supervisor",
+                )
+            )
+        return children
+
+    def _start_kernel(self) -> Any:
+        config = self.config
+        peers = {**self._learned_addresses(), **{n: str(a) for n, a in config.peers.items()}}
+        self.parts.kernel = NetKernel.start_link(
+            config.node,
+            str(config.listen),
+            config.cookie,
+            peers,
+            net_ticktime=config.net_ticktime,
+        )
+        return self.parts.kernel
+
+    def _start_monitor(self) -> Any:
+        config = self.config
+        self.parts.monitor = NodeMonitor.start_link(
+            self.parts.kernel,
+            config.data_dir,
+            config.partition_handling,
+            initial_nodes=config.cluster_nodes,
+            app=AppControl(pause=self._pause_app, resume=self._resume_app),
+        )
+        return self.parts.monitor
+
+    def _start_stats(self) -> Any:
+        return NodeStats.start_link(self.parts.monitor, self.config, self._app_weight)
+
+    def _start_control(self) -> Any:
+        address = self.config.control
+        assert address is not None
+        routes = {
+            ("GET", "/status"): lambda _body: self.status(),
+            ("POST", "/cluster/join"): self._join,
+            ("POST", "/cluster/leave"): self._leave,
+            ("POST", "/cluster/forget"): self._forget,
+        }
+        self.parts.control = ControlServer.start_link(
+            address.host, address.port, self.config.cookie, routes
+        )
+        return self.parts.control
+
+    # ------------------------------------------------------------------ the application
+
+    def _pause_app(self) -> None:
+        if self.config.tree is not None:
+            self.root.proxy().terminate_child("app").get()
+
+    def _resume_app(self) -> None:
+        if self.config.tree is not None:
+            self.root.proxy().restart_child("app").get()
+
+    def _app_weight(self) -> int:
+        """Autoheal's weight: the application's running children (0 when paused)."""
+        if self.config.tree is None or self.root is None:
+            return 0
+        for child in self.root.proxy().which_children().get(timeout=5):
+            if child.id == "app" and child.ref is not None and child.ref != "restarting":
+                return child.ref.proxy().count_children().get(timeout=5)["active"]
+        return 0
+
+    # ------------------------------------------------------------------ membership
+
+    def _join(self, body: dict[str, Any]) -> dict[str, Any]:
+        peer, address = body.get("node"), body.get("address")
+        if not isinstance(peer, str) or not isinstance(address, str):
+            raise ValueError('join needs {"node": "name@host", "address": "host:port"}')
+        kernel = self.kernel
+        kernel.set_address(peer, address)
+        if not kernel.connect(peer):
+            raise Conflict(f"cannot reach {peer} at {address}; is it running?")
+        remote = kernel.call(peer, NodeMonitorCore.NAME, {"t": "cluster_query"}, timeout=10)
+        learned = self._learned_addresses()
+        for member, member_address in remote.get("addresses", {}).items():
+            if member != self.config.node and member not in kernel.addresses():
+                kernel.set_address(member, member_address)
+                learned[member] = member_address
+        learned[peer] = address
+        self._save_addresses(learned)
+        monitor = self.parts.monitor.proxy()
+        for member in remote.get("all", []):
+            if member != self.config.node:
+                monitor.joined_cluster(member, member in remote.get("disc", [])).get()
+        monitor.joined_cluster(self.config.node, True).get()
+        for member in remote.get("all", []):
+            if member != self.config.node:
+                kernel.send(
+                    member,
+                    NodeMonitorCore.NAME,
+                    {"t": "address", "node": self.config.node, "address": self.dist_address},
+                )
+        return self.status()
+
+    def _leave(self, _body: dict[str, Any]) -> dict[str, Any]:
+        self.parts.monitor.proxy().left_cluster(self.config.node).get()
+        return self.status()
+
+    def _forget(self, body: dict[str, Any]) -> dict[str, Any]:
+        peer = body.get("node")
+        if not isinstance(peer, str):
+            raise ValueError('forget needs {"node": "name@host"}')
+        if peer == self.config.node:
+            raise Conflict("a node cannot forget itself; use `rabbitry cluster leave`")
+        if peer in self.kernel.nodes():
+            raise Conflict(f"{peer} is running and connected; stop it before forgetting it")
+        if peer not in self.status()["all"]:
+            raise Conflict(f"{peer} is not a member of this cluster")
+        self.parts.monitor.proxy().left_cluster(peer).get()
+        return self.status()
+
+    def _learned_addresses(self) -> dict[str, str]:
+        path = self.config.data_dir / ADDRESSES_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            return {}
+        addresses = data.get("addresses") if isinstance(data, dict) else None
+        return {str(k): str(v) for k, v in (addresses or {}).items()}
+
+    def _save_addresses(self, addresses: dict[str, str]) -> None:
+        data = json.dumps({"version": 1, "addresses": addresses}, indent=2).encode()
+        atomic_write(Path(self.config.data_dir) / ADDRESSES_FILE, data)
+
+
+def wait_ready(node: Node, timeout: float = 30.0) -> None:
+    """Return once the monitor answers (every part has started by then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            node.status()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -1,0 +1,167 @@
+"""Real nodes: `rabbitry node start` as separate OS processes, watched through their control
+APIs. These take seconds each (net_ticktime 1 s), so they are marked slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rabbitry.control import ControlClient
+from rabbitry.testing.launcher import Launcher, NodeSpec, OsNode
+
+pytestmark = pytest.mark.slow
+
+COOKIE = b"node-process-test-cookie"
+NAMES = ("a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1")
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class Cluster:
+    """Three node processes with their config files, and a control client for each."""
+
+    def __init__(self, launcher: Launcher, root: Path, mode: str) -> None:
+        self.launcher = launcher
+        self.root = root
+        dist, control = _free_ports(3), _free_ports(3)
+        (root / "cookie").write_bytes(COOKIE)
+        os.chmod(root / "cookie", 0o600)
+        (root / "app.yaml").write_text(
+            "supervisor:\n  children:\n"
+            "    - id: idle\n      start: 'rabbitry.examples_workers:Idle'\n"
+        )
+        members = "".join(f"    {n}: 127.0.0.1:{p}\n" for n, p in zip(NAMES, dist, strict=True))
+        self.clients: dict[str, ControlClient] = {}
+        self.specs: dict[str, NodeSpec] = {}
+        for name, port, cport in zip(NAMES, dist, control, strict=True):
+            short = name.split("@")[0]
+            config = root / f"{short}.yaml"
+            config.write_text(
+                f"node: {name}\nlisten: 127.0.0.1:{port}\ncookie_file: ./cookie\n"
+                f"data_dir: ./data/{short}\nnet_ticktime: 1s\n"
+                f"cluster:\n  nodes:\n{members}"
+                f"partition_handling: {mode}\ncontrol: 127.0.0.1:{cport}\ntree: ./app.yaml\n"
+            )
+            self.clients[name] = ControlClient("127.0.0.1", cport, COOKIE, timeout=5)
+            self.specs[name] = NodeSpec(
+                short,
+                [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(config)],
+                cwd=str(root),
+            )
+        self.nodes: dict[str, OsNode] = {}
+
+    def start(self, *names: str) -> None:
+        for name in names or NAMES:
+            self.nodes[name] = self.launcher.start_one(self.specs[name])
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.clients[name].status()
+
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if predicate():
+                    return
+            except Exception:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; statuses: {self._all_statuses()}")
+
+    def _all_statuses(self) -> dict[str, Any]:
+        out = {}
+        for name in self.nodes:
+            try:
+                out[name] = self.status(name)
+            except Exception as exc:
+                out[name] = repr(exc)
+        return out
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Callable[[str], Cluster]]:
+    with Launcher() as launcher:
+        yield lambda mode: Cluster(launcher, tmp_path, mode)
+
+
+def test_three_nodes_form_the_cluster_and_report_it(cluster: Any) -> None:
+    c = cluster("pause_minority")
+    c.start()
+    for name in NAMES:
+        c.wait_for(f"{name} sees all running", lambda n=name: c.status(n)["running"] == list(NAMES))
+    status = c.status(NAMES[0])
+    assert set(status) == {"node", "all", "disc", "running", "partitions", "paused", "alarms"}
+    assert status["all"] == list(NAMES) and status["paused"] is False
+
+
+def test_pause_minority_pauses_the_node_left_alone_and_resumes_it(cluster: Any) -> None:
+    c = cluster("pause_minority")
+    c.start()
+    a, b, cc = NAMES
+    c.wait_for("all running", lambda: c.status(a)["running"] == list(NAMES))
+    c.nodes[b].pause()
+    c.nodes[cc].pause()
+    c.wait_for("a paused", lambda: c.status(a)["paused"] is True)
+    c.nodes[a].wait_for(r"shutdown supervisor=a@127\.0\.0\.1 child=app", stream="stderr")
+    c.nodes[b].resume()
+    c.nodes[cc].resume()
+    c.wait_for("a resumed", lambda: c.status(a)["paused"] is False, timeout=30)
+    c.wait_for("all running again", lambda: c.status(a)["running"] == list(NAMES), timeout=30)
+
+
+def test_a_killed_node_leaves_the_majority_running(cluster: Any) -> None:
+    c = cluster("pause_minority")
+    c.start()
+    a, b, cc = NAMES
+    c.wait_for("all running", lambda: c.status(a)["running"] == list(NAMES))
+    c.nodes[cc].kill()
+    c.wait_for("c seen down", lambda: c.status(a)["running"] == [a, b])
+    assert c.status(a)["paused"] is False and c.status(b)["paused"] is False
+    assert c.status(a)["all"] == list(NAMES)  # down is not gone: still a member
+
+
+def test_sigterm_stops_in_order_and_writes_the_cluster_files(cluster: Any, tmp_path: Path) -> None:
+    c = cluster("ignore")
+    c.start()
+    a = NAMES[0]
+    c.wait_for("all running", lambda: c.status(a)["running"] == list(NAMES))
+    node = c.nodes[a]
+    assert node.stop(grace=15) == 0
+    data = tmp_path / "data" / "a"
+    running = json.loads((data / "nodes_running_at_shutdown").read_text())
+    members = json.loads((data / "cluster_nodes.config").read_text())
+    assert running["running"] == list(NAMES)
+    assert members["all"] == list(NAMES)
+    assert any("child=app reason=shutdown" in line for line in node.stderr())
+
+
+def test_a_bad_config_exits_2_with_the_key_path(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("node: a@127.0.0.1\nlisten: nowhere\ncookie: x\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{config}: listen: expected" in done.stderr
