@@ -165,3 +165,50 @@ def test_a_bad_config_exits_2_with_the_key_path(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert f"{config}: listen: expected" in done.stderr
+
+
+def test_join_then_forget_between_real_nodes(tmp_path: Path) -> None:
+    """Two nodes started alone (a cluster of one each); b joins a through its control API and
+    both list both; b restarts from a file that lists only itself and still rejoins; then b is
+    stopped and a forgets it."""
+    (tmp_path / "cookie").write_bytes(COOKIE)
+    os.chmod(tmp_path / "cookie", 0o600)
+    dist, control = _free_ports(2), _free_ports(2)
+    specs, clients = {}, {}
+    for name, port, cport in zip(NAMES[:2], dist, control, strict=True):
+        short = name.split("@")[0]
+        config = tmp_path / f"{short}.yaml"
+        config.write_text(
+            f"node: {name}\nlisten: 127.0.0.1:{port}\ncookie_file: ./cookie\n"
+            f"data_dir: ./data/{short}\nnet_ticktime: 1s\ncontrol: 127.0.0.1:{cport}\n"
+        )
+        specs[name] = NodeSpec(
+            short,
+            [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(config)],
+            cwd=str(tmp_path),
+        )
+        clients[name] = ControlClient("127.0.0.1", cport, COOKIE, timeout=10)
+    a, b = NAMES[:2]
+    with Launcher() as launcher:
+        nodes = {name: launcher.start_one(spec) for name, spec in specs.items()}
+        assert clients[b].status()["all"] == [b]
+        joined = clients[b].join(a, f"127.0.0.1:{dist[0]}")
+        assert joined["all"] == [a, b]
+        deadline = time.monotonic() + 20
+        while clients[a].status()["all"] != [a, b] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert clients[a].status()["all"] == [a, b]
+        # b's file lists only b: after a restart the persisted membership must win, and the
+        # learned address must bring it back to a
+        assert nodes[b].stop(grace=15) == 0
+        nodes[b] = launcher.start_one(specs[b])
+        assert clients[b].status()["all"] == [a, b]
+        deadline = time.monotonic() + 20
+        while clients[b].status()["running"] != [a, b] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert clients[b].status()["running"] == [a, b]
+        assert nodes[b].stop(grace=15) == 0
+        deadline = time.monotonic() + 20
+        while b in clients[a].status()["running"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert clients[a].forget(b)["all"] == [a]
