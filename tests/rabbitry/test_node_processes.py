@@ -212,3 +212,41 @@ def test_join_then_forget_between_real_nodes(tmp_path: Path) -> None:
         while b in clients[a].status()["running"] and time.monotonic() < deadline:
             time.sleep(0.1)
         assert clients[a].forget(b)["all"] == [a]
+
+
+def test_an_alarm_on_one_node_shows_in_every_status(tmp_path: Path) -> None:
+    """b's disk_free_limit is above any real disk: b raises a disk alarm, and a shows it."""
+    (tmp_path / "cookie").write_bytes(COOKIE)
+    os.chmod(tmp_path / "cookie", 0o600)
+    dist, control = _free_ports(2), _free_ports(2)
+    a, b = NAMES[:2]
+    members = "".join(f"    {n}: 127.0.0.1:{p}\n" for n, p in zip((a, b), dist, strict=True))
+    clients = {}
+    with Launcher() as launcher:
+        for name, port, cport in zip((a, b), dist, control, strict=True):
+            short = name.split("@")[0]
+            limit = "1000TB" if name == b else "1MB"
+            config = tmp_path / f"{short}.yaml"
+            config.write_text(
+                f"node: {name}\nlisten: 127.0.0.1:{port}\ncookie_file: ./cookie\n"
+                f"data_dir: ./data/{short}\nnet_ticktime: 1s\ncontrol: 127.0.0.1:{cport}\n"
+                f"cluster:\n  nodes:\n{members}"
+                f"alarms: {{memory_high_watermark: 1.0, disk_free_limit: {limit}}}\n"
+            )
+            launcher.start_one(
+                NodeSpec(
+                    short,
+                    [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(config)],
+                    cwd=str(tmp_path),
+                )
+            )
+            clients[name] = ControlClient("127.0.0.1", cport, COOKIE, timeout=10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            alarms = clients[a].status()["alarms"]
+            if alarms.get(b) == ["disk"]:
+                break
+            time.sleep(0.1)
+        assert clients[a].status()["alarms"].get(b) == ["disk"]
+        assert not clients[a].status()["alarms"].get(a)
+        assert clients[b].status()["alarms"].get(b) == ["disk"]
