@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import stat
 import sys
 from pathlib import Path
@@ -20,7 +21,8 @@ examples:
   rabbitry cluster forget c@127.0.0.1 --control 127.0.0.1:7101 --cookie-file ./cookie
 
 --control is the node's `control:` address; the token is derived from the cluster cookie, so
---cookie-file must name the node's cookie file (mode 0600)."""
+--cookie-file must name the node's cookie file (mode 0600). Without it, $RABBITRY_COOKIE_FILE
+is used, else ./cookie."""
 
 
 def register(commands: Any) -> None:
@@ -81,7 +83,9 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
         "--control", required=True, metavar="HOST:PORT", help="the node's control API address"
     )
     parser.add_argument(
-        "--cookie-file", required=True, metavar="FILE", help="the cluster cookie file (mode 0600)"
+        "--cookie-file",
+        metavar="FILE",
+        help="the cluster cookie file (mode 0600); default: $RABBITRY_COOKIE_FILE, else ./cookie",
     )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the node")
     parser.set_defaults(help_parser=parser)
@@ -93,7 +97,7 @@ def _client(args: argparse.Namespace) -> ControlClient:
         raise _UsageError(
             f"--control must be HOST:PORT, such as 127.0.0.1:7101; got {args.control!r}"
         )
-    path = Path(args.cookie_file)
+    path = Path(args.cookie_file or os.environ.get("RABBITRY_COOKIE_FILE") or "cookie")
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
         cookie = path.read_text().strip().encode()

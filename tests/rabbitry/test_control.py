@@ -192,6 +192,18 @@ def test_cli_reports_an_unreachable_node(cookie_file: Path, capsys: Any) -> None
     assert "cannot reach the control API" in capsys.readouterr().err
 
 
+def test_cli_finds_the_cookie_without_the_option(
+    node: Any, cookie_file: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    _, (host, port) = node
+    monkeypatch.setenv("RABBITRY_COOKIE_FILE", str(cookie_file))
+    assert main(["cluster", "status", "--control", f"{host}:{port}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["node"] == "a@127.0.0.1"
+    monkeypatch.delenv("RABBITRY_COOKIE_FILE")
+    monkeypatch.chdir(cookie_file.parent)  # ./cookie
+    assert main(["cluster", "status", "--control", f"{host}:{port}", "--json"]) == 0
+
+
 def test_cli_join_and_forget(node: Any, cookie_file: Path, capsys: Any) -> None:
     fake, (host, port) = node
     target = ["--control", f"{host}:{port}", "--cookie-file", str(cookie_file)]
