@@ -150,6 +150,27 @@ class _Core:
         block, self._buf = self._buf[:size], self._buf[size:]
         return block
 
+    def _take_greeting(self, size: int) -> bytes | Step:
+        """The first binary block (magic, version, ...), or the Step to return: wait for more,
+        or the end on garbage or a wrong version. A wrong magic is refused as soon as its
+        bytes are in, rather than after waiting for a whole block of garbage."""
+        block = self._take(size)
+        if block is None:
+            if len(self._buf) >= len(MAGIC) and not self._buf.startswith(MAGIC):
+                return self._end(_garbage(self._buf))
+            return Step()
+        if not block.startswith(MAGIC):
+            return self._end(_garbage(block))
+        (version,) = _VERSION.unpack_from(block, len(MAGIC))
+        if version != PROTOCOL_VERSION:
+            return self._end(
+                Failed(
+                    "bad_version",
+                    f"peer speaks handshake version {version}; we speak {PROTOCOL_VERSION}",
+                )
+            )
+        return block
+
     def _take_frame(self) -> dict | Failed | None:
         if len(self._buf) < 4:
             return None
@@ -246,22 +267,9 @@ class Acceptor(_Core):
 
     def _advance(self) -> Step:
         if self._state == "await_answer":
-            block = self._take(ANSWER_SIZE)
-            if block is None:
-                # Refuse early on a wrong magic rather than wait for 70 bytes of garbage.
-                if len(self._buf) >= len(MAGIC) and not self._buf.startswith(MAGIC):
-                    return self._end(_garbage(self._buf))
-                return Step()
-            if not block.startswith(MAGIC):
-                return self._end(_garbage(block))
-            (version,) = _VERSION.unpack_from(block, len(MAGIC))
-            if version != PROTOCOL_VERSION:
-                return self._end(
-                    Failed(
-                        "bad_version",
-                        f"peer speaks handshake version {version}; we speak {PROTOCOL_VERSION}",
-                    )
-                )
+            block = self._take_greeting(ANSWER_SIZE)
+            if isinstance(block, Step):
+                return block
             offset = len(MAGIC) + _VERSION.size
             peer_nonce = block[offset : offset + NONCE_SIZE]
             peer_mac = block[offset + NONCE_SIZE :]
@@ -342,21 +350,9 @@ class Connector(_Core):
 
     def _advance(self) -> Step:
         if self._state == "await_challenge":
-            block = self._take(CHALLENGE_SIZE)
-            if block is None:
-                if len(self._buf) >= len(MAGIC) and not self._buf.startswith(MAGIC):
-                    return self._end(_garbage(self._buf))
-                return Step()
-            if not block.startswith(MAGIC):
-                return self._end(_garbage(block))
-            (version,) = _VERSION.unpack_from(block, len(MAGIC))
-            if version != PROTOCOL_VERSION:
-                return self._end(
-                    Failed(
-                        "bad_version",
-                        f"peer speaks handshake version {version}; we speak {PROTOCOL_VERSION}",
-                    )
-                )
+            block = self._take_greeting(CHALLENGE_SIZE)
+            if isinstance(block, Step):
+                return block
             self._peer_nonce = block[len(MAGIC) + _VERSION.size :]
             mac = _mac(self._cookie, _CONNECTOR_LABEL, self._peer_nonce, self._nonce)
             self._state = "await_ack"
