@@ -12,12 +12,8 @@ works from any directory after `pip install -e .`. Each shows one thing:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from typing import Any
-
-from pykka import ActorDeadError
 
 from supervisors.durations import parse_duration
 from supervisors.process import Process
@@ -49,9 +45,6 @@ class Periodic(Process):
         super().__init__()
         self.every = parse_duration(every, allow_zero=False)
         self.ticks = 0
-        self._timer: threading.Timer | None = None
-        self._timer_lock = threading.Lock()
-        self._stopped = False
 
     def on_start(self) -> None:
         self._schedule()
@@ -71,35 +64,8 @@ class Periodic(Process):
         """Override to handle messages other than the timer's."""
         log.warning("%s: unexpected message %r", self, message)
 
-    def on_stop(self) -> None:
-        self._cancel()
-
-    def on_failure(self, *_exc_info: Any) -> None:
-        self._cancel()
-
-    def on_kill(self) -> None:
-        self._cancel()
-
     def _schedule(self) -> None:
-        with self._timer_lock:
-            if self._stopped:
-                return
-            timer = threading.Timer(self.every, self._fire)
-            timer.daemon = True
-            self._timer = timer
-            timer.start()
-
-    def _cancel(self) -> None:
-        with self._timer_lock:
-            self._stopped = True
-            timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-
-    def _fire(self) -> None:
-        # ActorDeadError: it stopped between the timer firing and the tell; nothing to do.
-        with contextlib.suppress(ActorDeadError):
-            self.actor_ref.tell(_TICK)
+        self.send_after(self.every, _TICK)  # cancelled by the Process when it ends
 
 
 class Greeter(Periodic):

@@ -15,10 +15,8 @@ API keep running, as RabbitMQ stops the rabbit application while the VM lives on
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,7 +57,6 @@ class NodeStats(Process):
         self._config = config
         self._weight = weight
         self._active: set[str] = set()
-        self._timer: threading.Timer | None = None
 
     def on_start(self) -> None:
         self._config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -83,26 +80,7 @@ class NodeStats(Process):
                 self._monitor.set_alarm(resource, resource in active)
         self._active = active
         self._monitor.set_weight(self._weight())
-        self._timer = threading.Timer(STATS_INTERVAL, self._tell_tick)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _tell_tick(self) -> None:
-        with contextlib.suppress(Exception):
-            self.actor_ref.tell("tick")
-
-    def on_stop(self) -> None:
-        self._cancel()
-
-    def on_failure(self, *_exc_info: Any) -> None:
-        self._cancel()
-
-    def on_kill(self) -> None:
-        self._cancel()
-
-    def _cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self.send_after(STATS_INTERVAL, "tick")
 
 
 class Node:

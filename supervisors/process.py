@@ -169,6 +169,7 @@ class Process(pykka.ThreadingActor):
         self._sv_started = threading.Event()
         self._sv_finished = threading.Event()
         self._sv_start_error: BaseException | None = None
+        self._sv_timers: set[threading.Timer] = set()
         # The parent is whoever links us at start (start_link, a supervisor); an unlinked
         # start() has none, as an unlinked gen_server is its own parent in OTP.
         self._sv_parent_urn: str | None = None
@@ -282,6 +283,33 @@ class Process(pykka.ThreadingActor):
         if current_process() is self:
             raise _SelfExit(reason)
         self._sv_receive_exit(self.actor_ref, reason, via_link=False)
+
+    def send_after(self, seconds: float, message: Any) -> threading.Timer:
+        """Tell this process `message` after `seconds` (Erlang's erlang:send_after/3).
+
+        Returns the timer; call it off with `cancel_timer(timer)`. Every timer still pending
+        is cancelled when the process ends, however it ends, so no timer outlives its owner.
+        """
+        timer = threading.Timer(max(0.0, float(seconds)), self._sv_timer_fired)
+        timer.args = (timer, message)
+        timer.daemon = True
+        with self._sv_lock:
+            if self._sv_reason is not _ALIVE:
+                return timer  # never started: the process has ended
+            self._sv_timers.add(timer)
+        timer.start()
+        return timer
+
+    def cancel_timer(self, timer: threading.Timer) -> None:
+        """Call off a timer from `send_after` (Erlang's erlang:cancel_timer/1)."""
+        timer.cancel()
+        with self._sv_lock:
+            self._sv_timers.discard(timer)
+
+    def _sv_timer_fired(self, timer: threading.Timer, message: Any) -> None:
+        with self._sv_lock:
+            self._sv_timers.discard(timer)
+        self._sv_tell_self(message)
 
     def on_kill(self) -> None:
         """Runs in the killer's thread right after this process was killed ("kill" signal).
@@ -492,6 +520,9 @@ class Process(pykka.ThreadingActor):
             self._sv_monitoring.clear()
             current = self._sv_current
             self._sv_current = None
+            timers, self._sv_timers = self._sv_timers, set()
+        for timer in timers:
+            timer.cancel()
         self.actor_stopped.set()
         _REGISTRY.pop(self.actor_urn, None)
         self.actor_inbox.close(self._sv_refuse)

@@ -9,6 +9,7 @@ without sleeping.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pykka
 import pytest
@@ -520,3 +521,41 @@ def test_on_stop_that_raises_still_ends_the_process_with_its_reason() -> None:
     probe.link(ref)
     exit(ref, ("shutdown", "x"))
     assert probe.wait_exit(ref) == ("shutdown", "x")
+
+
+class _Timed(Process):
+    def __init__(self, got: list) -> None:
+        super().__init__()
+        self.got = got
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message[0] == "after":
+            return self.send_after(message[1], message[2])
+        if isinstance(message, tuple) and message[0] == "cancel":
+            self.cancel_timer(message[1])
+            return None
+        if message == "pending":
+            return len(self._sv_timers)
+        self.got.append(message)
+        return None
+
+
+def test_send_after_delivers_and_cancel_timer_calls_it_off() -> None:
+    got: list = []
+    ref = _Timed.start(got)
+    ref.ask(("after", 0.01, "first"))
+    late = ref.ask(("after", 30, "never"))
+    wait_until(lambda: got == ["first"], "the timer's message")
+    ref.ask(("cancel", late))
+    assert ref.ask("pending") == 0  # fired and cancelled timers are both forgotten
+    assert not late.is_alive()
+    ref.stop()
+
+
+def test_pending_timers_end_with_their_process() -> None:
+    got: list = []
+    ref = _Timed.start(got)
+    timers = [ref.ask(("after", 30, n)) for n in range(3)]
+    exit(ref, "kill")
+    wait_until(lambda: not any(t.is_alive() for t in timers), "timers cancelled")
+    assert got == []
