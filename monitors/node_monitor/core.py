@@ -713,14 +713,21 @@ class NodeMonitorCore:
     def _recheck_down(self, down: list[str]) -> list[Effect]:
         """A member that stays down for us while a peer we see can see it is a partial
         partition no nodedown will ever report (it began while we were cut off from everyone,
-        or before we booted). RabbitMQ never finds those. Under pause_minority we check from the
-        first ping round on, every 5th round: the answer is at most a brief pause. Where the
-        answer may be a cut, from the 10th round, every 30th: while a partition heals, links
-        come back one by one (after reconnect bans), and those gaps must not be cut."""
-        first, every = (1, 5) if self.config.mode == "pause_minority" else (10, 30)
+        or before we booted, or while the link was still down from an earlier fault). RabbitMQ
+        never finds those. Where the answer is a pause (our part or the member's would not run:
+        always under pause_minority, under pause_if_all_down when one of the two parts holds
+        no preferred node) we check from the first ping round on, every 5th round: the answer
+        is at most a brief pause. Where it may be a cut (both parts would run), from the 10th
+        round, every 30th: while a partition heals, links come back one by one (after
+        reconnect bans), and those gaps must not be cut."""
+        parts = self._parts() if self.config.pauses else []
         out: list[Effect] = []
         for n in down:
             ticks = self._down_ticks[n] = self._down_ticks.get(n, 0) + 1
+            pauses = bool(parts) and not (
+                self._part_runs(part_of(self.node, parts)) and self._part_runs(part_of(n, parts))
+            )
+            first, every = (1, 5) if pauses else (10, 30)
             if ticks % every != first % every:
                 continue
             if any(

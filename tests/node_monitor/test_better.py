@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from monitors.effects import Disconnect
-from monitors.node_monitor import PauseApp, ResumeApp
+from monitors.node_monitor import PartitionHandling, PauseApp, ResumeApp
 from tests.node_monitor.helpers import CREATION, connect, core, of
 from tests.node_monitor.pump import Pump
 from tests.node_monitor.test_modes import healthy
@@ -100,6 +100,43 @@ def test_partial_partition_seen_only_by_gossip_is_found() -> None:
     p.run(3)
     assert p.paused() == {B}
     assert p.serving() == {A, C}
+
+
+def test_partial_partition_seen_only_by_gossip_pause_if_all_down_pauses_quickly() -> None:
+    """Under pause_if_all_down the gossip-only check comes as quickly as under pause_minority
+    when its answer is a pause (one of the two parts holds no preferred node), not after the
+    10 rounds that wait out a healing cluster's gaps where the answer is a cut."""
+    p = Pump([A, B, C], PartitionHandling("pause_if_all_down", nodes=(A,)), cuts=[(B, C)])
+    p.run(3)
+    assert p.paused() == {C}  # {A, B} and {A, C} both hold A: name order decides
+    assert p.serving() == {A, B}
+    assert disconnects(p) == 0
+    p.heal_all()
+    p.run(5)
+    healthy(p)
+
+
+def test_partial_partition_formed_by_a_partial_heal_pause_if_all_down() -> None:
+    """Simulator seed 400: a split {A, C} | {B, D} heals, except that A-D is cut again before
+    A and D reconnected. No connection goes down, so no nodedown starts a check; both A and D
+    reach the preferred node B and kept running apart. The ping rounds find it and the part
+    without B pauses, cutting nothing."""
+    p = Pump([A, B, C, D], PartitionHandling("pause_if_all_down", nodes=(B,)))
+    p.run(2)
+    cut_between(p, {A, C}, {B, D})
+    p.run(2)
+    assert p.serving() == {B, D}
+    p.heal_all()
+    p.cut(A, D)  # before the ping rounds reconnect it
+    p.cut(B, C)
+    p.run(4)
+    assert not p.connected(A, D)
+    assert p.serving() == {A, B}  # {C, D} hold no preferred node
+    assert p.paused() == {C, D}
+    assert disconnects(p) == 0
+    p.heal_all()
+    p.run(5)
+    healthy(p)
 
 
 # ------------------------------------------------------------------ (2) #8110

@@ -38,14 +38,7 @@ JOBS = int(os.environ.get("RABBITRY_SIM_JOBS", "0")) or min(8, len(os.sched_geta
 
 # (mode, nodes, seed) -> what breaks (a seed outside the sweep's range may be listed too).
 # Shrunk schedules and analysis: docs/simulator.md.
-KNOWN_FAILURES: dict[tuple[str, int, int], str] = {
-    # From a longer sweep. Shrunk: {n1, n3} | {n2, n4} 4.284-5.274; n1<->n4 cut 5.894-9.486.
-    ("pause_if_all_down:ignore", 4, 400): (
-        "running_clique: a partial partition formed by a partial heal goes undetected: n1 and "
-        "n4 had not reconnected after the first split when their link was cut again, so no "
-        "nodedown starts a check; both run (preferred n2 reachable) apart from 6.12 to 9.49"
-    ),
-}
+KNOWN_FAILURES: dict[tuple[str, int, int], str] = {}
 
 Outcome = tuple[int, str, str]  # seed, invariant, report
 
