@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rabbitry.cli_tree",
     "rabbitry.cli_node",
     "rabbitry.cli_cluster",
+    "rabbitry.cli_faultproxy",
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -30,7 +31,7 @@ REPORT_LOGGER = "supervisors.report"
 
 DESCRIPTION = """\
 rabbitry: Erlang/OTP-style supervision trees of Python actors and OS processes, declared in
-YAML or TOML files."""
+YAML or TOML files, and cluster nodes that watch each other as RabbitMQ's do."""
 
 EPILOG = """\
 examples:
@@ -38,6 +39,7 @@ examples:
   rabbitry tree run examples/hello-tree.yaml     run a tree in the foreground until Ctrl-C
   rabbitry tree --help                           the tree commands
   rabbitry tree run --help                       the options of one command
+  rabbitry node start --config examples/cluster/a.yaml   run a cluster node
   rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie
 
 exit codes: 0 ok, 1 failed while running, 2 bad usage or bad config file, 130 interrupted"""

@@ -1,0 +1,550 @@
+"""Real node clusters for tests, with a fault proxy on every directed link.
+
+`ClusterFactory(root)(n)` starts n `rabbitry node start` processes (a@127.0.0.1, b@127.0.0.1,
+...) in `root`, and returns a `Cluster` handle. Every directed link a->b goes through its own
+Toxiproxy proxy named "a->b": node a's config lists peer b at that proxy's address, and the
+proxy's upstream is b's real dist listener. The proxies live in a Toxiproxy-compatible server:
+the one at `$TOXIPROXY_URL` if set, else `python -m rabbitry faultproxy` started for the
+factory. It is driven through its HTTP API only (stdlib http.client).
+
+Cuts. Both nodes of a pair may open the TCP connection: a's own connection to b goes through
+proxy "a->b" (a's bytes flow upstream, b's downstream), and b's connection to a goes through
+"b->a" (b's bytes upstream, a's downstream). So "stop every byte from a to b" is a `timeout`
+toxic with timeout 0 (drop all data, never close) on the upstream stream of "a->b" and the
+downstream stream of "b->a"; b->a bytes still flow. A both-ways cut is the one-way cut in each
+direction, all four streams. The drop is silent, like a lost network: nodes notice only when
+ticks stop (net_ticktime), as in RabbitMQ's partitions_SUITE. `cut(..., disconnect=True)`
+instead disables both proxies, which closes every connection at once and refuses new ones.
+`heal()` removes every toxic (which closes the connections they held) and re-enables every
+proxy, so the nodes reconnect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.client
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rabbitry.control import ControlClient, ControlError
+from rabbitry.testing.launcher import Launcher, NodeSpec, OsNode
+
+__all__ = [
+    "FAULTPROXY_READY",
+    "Cluster",
+    "ClusterFactory",
+    "ToxiproxyAPI",
+    "ToxiproxyError",
+    "faultproxy_available",
+    "free_ports",
+    "node_name",
+    "reserved_ports",
+]
+
+HOST = "127.0.0.1"
+COOKIE = b"rabbitry-testing-cluster-cookie"
+FAULTPROXY_READY = r"^READY (?P<address>[^\s@]+:\d+)\s*$"
+DEFAULT_TREE = (
+    "supervisor:\n  children:\n    - id: idle\n      start: 'rabbitry.examples_workers:Idle'\n"
+)
+_CUT = {"type": "timeout", "attributes": {"timeout": 0}, "toxicity": 1.0}
+
+
+def node_name(index: int) -> str:
+    """The name of the index-th node: a@127.0.0.1, b@127.0.0.1, ..."""
+    if not 0 <= index < 26:
+        raise ValueError(f"a cluster has 1 to 26 nodes (a..z); index {index}")
+    return f"{chr(ord('a') + index)}@{HOST}"
+
+
+@contextlib.contextmanager
+def reserved_ports(n: int) -> Iterator[list[int]]:
+    """n distinct free ports on 127.0.0.1, held (bound, not listening) inside the block, so
+    that nothing else binding port 0 meanwhile (a proxy) can take one; free after it."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind((HOST, 0))
+        yield [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct ports that were free on 127.0.0.1 a moment ago."""
+    with reserved_ports(n) as ports:
+        return ports
+
+
+@functools.cache
+def faultproxy_available() -> bool:
+    """True if `$TOXIPROXY_URL` is set or `python -m rabbitry faultproxy --help` works."""
+    if os.environ.get("TOXIPROXY_URL"):
+        return True
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "rabbitry", "faultproxy", "--help"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+class ToxiproxyError(RuntimeError):
+    """The Toxiproxy API answered with an unexpected status."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ToxiproxyAPI:
+    """A minimal client of Toxiproxy's HTTP API (python_peers.md §4)."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+
+    @classmethod
+    def from_url(cls, url: str) -> ToxiproxyAPI:
+        parts = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
+        return cls(parts.hostname or "localhost", parts.port or 8474)
+
+    def __repr__(self) -> str:
+        return f"<ToxiproxyAPI {self.host}:{self.port}>"
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """Send one request; return the decoded JSON (None for 204); raise on a non-2xx."""
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"User-Agent": "rabbitry-testing", "Content-Type": "application/json"}
+        try:
+            connection.request(method, path, body=data, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+        except OSError as exc:
+            raise ToxiproxyError(f"{method} {path}: cannot reach {self}: {exc}") from None
+        finally:
+            connection.close()
+        if not 200 <= response.status < 300:
+            text = payload.decode(errors="replace").strip()
+            raise ToxiproxyError(f"{method} {path}: {response.status} {text}", response.status)
+        return json.loads(payload) if payload else None
+
+    @staticmethod
+    def _p(name: str) -> str:
+        return "/proxies/" + urllib.parse.quote(name, safe="")
+
+    def version(self) -> Any:
+        return self.request("GET", "/version")
+
+    def create_proxy(self, name: str, listen: str, upstream: str) -> dict[str, Any]:
+        body = {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
+        return self.request("POST", "/proxies", body)
+
+    def set_enabled(self, name: str, enabled: bool) -> dict[str, Any]:
+        return self.request("POST", self._p(name), {"enabled": enabled})
+
+    def delete_proxy(self, name: str) -> None:
+        self.request("DELETE", self._p(name))
+
+    def toxics(self, name: str) -> list[dict[str, Any]]:
+        return self.request("GET", self._p(name) + "/toxics") or []
+
+    def add_toxic(self, name: str, toxic: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", self._p(name) + "/toxics", toxic)
+
+    def delete_toxic(self, name: str, toxic: str) -> None:
+        self.request("DELETE", self._p(name) + "/toxics/" + urllib.parse.quote(toxic, safe=""))
+
+
+class Cluster:
+    """A handle on n running node processes and the proxies between them.
+
+    Node arguments take the full name ("a@127.0.0.1") or the short one ("a").
+    """
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        api: ToxiproxyAPI,
+        root: Path,
+        n: int,
+        *,
+        partition_handling: str | dict[str, Any] = "pause_minority",
+        net_ticktime: float = 1.0,
+        tree: str | os.PathLike[str] | None = None,
+        proxy_prefix: str = "",
+    ) -> None:
+        if n < 1:
+            raise ValueError(f"a cluster needs at least 1 node, got {n}")
+        self.launcher = launcher
+        self.api = api
+        self.root = root
+        self.net_ticktime = net_ticktime
+        self.nodes: list[str] = [node_name(i) for i in range(n)]
+        self.proxy_prefix = proxy_prefix
+        self.procs: dict[str, OsNode] = {}
+        self.proxies: dict[tuple[str, str], str] = {}  # (a, b) -> listen address of "a->b"
+        self._created: list[str] = []
+        self._clients: dict[str, ControlClient] = {}
+        self._quick: dict[str, ControlClient] = {}
+        self._specs: dict[str, NodeSpec] = {}
+        self._configure(partition_handling, tree)
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def _configure(self, partition_handling: str | dict[str, Any], tree: Any) -> None:
+        root = self.root
+        root.mkdir(parents=True, exist_ok=True)
+        cookie = root / "cookie"
+        cookie.write_bytes(COOKIE)
+        os.chmod(cookie, 0o600)
+        tree_path = self._tree_file(tree)
+        with reserved_ports(2 * len(self.nodes)) as ports:
+            dist = dict(zip(self.nodes, ports[: len(self.nodes)], strict=True))
+            control = dict(zip(self.nodes, ports[len(self.nodes) :], strict=True))
+            for a in self.nodes:
+                for b in self.nodes:
+                    if a != b:
+                        name = self.proxy_name(a, b)
+                        made = self.api.create_proxy(name, f"{HOST}:0", f"{HOST}:{dist[b]}")
+                        self._created.append(name)
+                        self.proxies[(a, b)] = made["listen"]
+        for a in self.nodes:
+            short = a.partition("@")[0]
+            config = {
+                "node": a,
+                "listen": f"{HOST}:{dist[a]}",
+                "cookie_file": "./cookie",
+                "data_dir": f"./data/{short}",
+                "net_ticktime": self.net_ticktime,
+                "partition_handling": partition_handling,
+                "control": f"{HOST}:{control[a]}",
+                "tree": str(tree_path),
+            }
+            peers = {b: self.proxies[(a, b)] for b in self.nodes if b != a}
+            if peers:
+                config["cluster"] = {"nodes": peers}
+            path = root / f"{short}.yaml"
+            path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
+            self._clients[a] = ControlClient(HOST, control[a], COOKIE, timeout=5)
+            self._quick[a] = ControlClient(HOST, control[a], COOKIE, timeout=1)
+            self._specs[a] = NodeSpec(
+                short,
+                [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
+                cwd=str(root),
+            )
+
+    def _tree_file(self, tree: Any) -> Path:
+        if tree is None or (isinstance(tree, str) and "\n" in tree):
+            path = self.root / "app.yaml"
+            path.write_text(DEFAULT_TREE if tree is None else tree)
+            return path
+        source = Path(tree).resolve()
+        if not source.is_file():
+            raise FileNotFoundError(f"tree file {source} does not exist")
+        return source
+
+    def proxy_name(self, a: str, b: str) -> str:
+        """The name of the proxy carrying a's connections to b: "a->b"."""
+        return f"{self.proxy_prefix}{a.partition('@')[0]}->{b.partition('@')[0]}"
+
+    def start(self) -> None:
+        """Start every node (they boot in parallel) and wait for their READY lines."""
+        started = self.launcher.start(*(self._specs[name] for name in self.nodes))
+        self.procs.update(zip(self.nodes, started, strict=True))
+
+    def close(self) -> None:
+        """Stop every node, then delete the proxies. Safe to call twice."""
+        procs = [self.procs.pop(name) for name in reversed(self.nodes) if name in self.procs]
+        for proc in procs:  # SIGTERM all first, so that they stop in parallel
+            if proc.alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGCONT)
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            proc.stop(self.launcher.grace)
+        created, self._created = self._created, []
+        for proxy in created:
+            with contextlib.suppress(ToxiproxyError):
+                self.api.delete_proxy(proxy)
+
+    # -- faults --------------------------------------------------------------------------
+
+    def resolve(self, node: str) -> str:
+        """The full name of `node` ("a" or "a@127.0.0.1")."""
+        full = node if "@" in node else f"{node}@{HOST}"
+        if full not in self.nodes:
+            raise KeyError(f"no node {node!r} in this cluster; nodes: {self.nodes}")
+        return full
+
+    def cut(self, a: str, b: str, oneway: bool = False, disconnect: bool = False) -> None:
+        """Stop the bytes from a to b (and from b to a unless `oneway`).
+
+        Bytes are dropped silently (timeout toxics); with `disconnect` (both ways only), the
+        two proxies are disabled instead: connections close at once and new ones are refused.
+        """
+        a, b = self.resolve(a), self.resolve(b)
+        if a == b:
+            raise ValueError(f"cannot cut {a} from itself")
+        if disconnect:
+            if oneway:
+                raise ValueError("disconnect=True closes both directions; it cannot be oneway")
+            self.api.set_enabled(self.proxy_name(a, b), False)
+            self.api.set_enabled(self.proxy_name(b, a), False)
+            return
+        self._drop(a, b)
+        if not oneway:
+            self._drop(b, a)
+
+    def _drop(self, a: str, b: str) -> None:
+        """Drop every byte a sends to b: upstream of "a->b", downstream of "b->a"."""
+        for proxy, stream in (
+            (self.proxy_name(a, b), "upstream"),
+            (self.proxy_name(b, a), "downstream"),
+        ):
+            toxic = dict(_CUT, name=f"cut_{stream}", stream=stream)
+            try:
+                self.api.add_toxic(proxy, toxic)
+            except ToxiproxyError as exc:
+                if exc.status != 409:  # already cut that way
+                    raise
+
+    def partition(self, *groups: Iterable[str]) -> None:
+        """Cut every link (both ways) between nodes of different groups.
+
+        A node in no group keeps all its links, which makes a partial partition.
+        """
+        sets = [[self.resolve(node) for node in group] for group in groups]
+        seen = [node for group in sets for node in group]
+        if len(seen) != len(set(seen)):
+            raise ValueError(f"a node is in two groups: {sets}")
+        for i, j in itertools.combinations(range(len(sets)), 2):
+            for a in sets[i]:
+                for b in sets[j]:
+                    self.cut(a, b)
+
+    def heal(self) -> None:
+        """Remove every toxic and re-enable every proxy of this cluster."""
+        for proxy in self._created:
+            for toxic in self.api.toxics(proxy):
+                with contextlib.suppress(ToxiproxyError):
+                    self.api.delete_toxic(proxy, toxic["name"])
+            self.api.set_enabled(proxy, True)
+
+    # -- processes -----------------------------------------------------------------------
+
+    def proc(self, node: str) -> OsNode:
+        """The OsNode of `node` (its pid, stdout and stderr lines)."""
+        return self.procs[self.resolve(node)]
+
+    def kill(self, node: str) -> None:
+        """SIGKILL the node's process group."""
+        self.proc(node).kill()
+
+    def stop(self, node: str) -> None:
+        """SIGSTOP the node: it freezes with its sockets open."""
+        self.proc(node).pause()
+
+    def cont(self, node: str) -> None:
+        """SIGCONT a node stopped with `stop`."""
+        self.proc(node).resume()
+
+    def restart(self, node: str) -> None:
+        """Start the node again, same config and data dir (SIGTERM first if it still runs)."""
+        name = self.resolve(node)
+        old = self.procs.get(name)
+        if old is not None and old.alive:
+            old.stop(self.launcher.grace)
+        self.procs[name] = self.launcher.start_one(self._specs[name])
+
+    def config_file(self, node: str) -> Path:
+        return self.root / f"{self.resolve(node).partition('@')[0]}.yaml"
+
+    def data_dir(self, node: str) -> Path:
+        return self.root / "data" / self.resolve(node).partition("@")[0]
+
+    # -- observing -----------------------------------------------------------------------
+
+    def status(self, node: str) -> dict[str, Any]:
+        """The node's cluster status from its control API (raises ControlError if down)."""
+        return self._clients[self.resolve(node)].status()
+
+    def statuses(self) -> dict[str, Any]:
+        """Every node's status, or why there is none (never raises, never hangs long)."""
+        out: dict[str, Any] = {}
+        for name in self.nodes:
+            proc = self.procs.get(name)
+            if proc is None:
+                out[name] = "not started"
+            elif not proc.alive:
+                out[name] = f"dead (exit {proc.popen.poll()})"
+            elif proc._stopped:
+                out[name] = "SIGSTOPped"
+            else:
+                try:
+                    out[name] = self._quick[name].status()
+                except ControlError as exc:
+                    out[name] = f"no status: {exc}"
+        return out
+
+    def describe(self) -> str:
+        """Every node's status and every active fault, one per line."""
+        lines = [
+            f"  {name}: {json.dumps(st) if isinstance(st, dict) else st}"
+            for name, st in self.statuses().items()
+        ]
+        faults = []
+        for proxy in self._created:
+            with contextlib.suppress(ToxiproxyError):
+                info = self.api.request("GET", ToxiproxyAPI._p(proxy))
+                toxics = [f"{t['name']}({t['type']})" for t in info.get("toxics") or []]
+                if not info.get("enabled", True):
+                    toxics.insert(0, "disabled")
+                if toxics:
+                    faults.append(f"  {proxy}: {', '.join(toxics)}")
+        return "\n".join(["statuses:", *lines, "faults:", *(faults or ["  none"])])
+
+    def wait_for(
+        self, predicate: Callable[[], Any], timeout: float = 20.0, what: str | None = None
+    ) -> Any:
+        """Poll `predicate()` until it returns something true; return that.
+
+        A ControlError (a node not answering yet), an AssertionError and the like count as false. On timeout, AssertionError
+        with `what`, the last exception, and every node's status and active faults.
+        """
+        __tracebackhide__ = True
+        deadline = time.monotonic() + timeout
+        last: BaseException | None = None
+        while True:
+            try:
+                result = predicate()
+                if result:
+                    return result
+            except (
+                AssertionError,
+                ControlError,
+                LookupError,
+                TypeError,
+                ValueError,
+                OSError,
+            ) as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        label = what or getattr(predicate, "__name__", repr(predicate))
+        error = f"; last error: {last!r}" if last is not None else ""
+        raise AssertionError(
+            f"timed out after {timeout} s waiting for {label}{error}\n" + self.describe()
+        )
+
+    # -- common predicates ---------------------------------------------------------------
+
+    def running(self, node: str) -> list[str]:
+        """The nodes `node` sees running."""
+        return self.status(node)["running"]
+
+    def paused(self, node: str) -> bool:
+        return bool(self.status(node)["paused"])
+
+    def wait_until_formed(self, timeout: float = 20.0) -> None:
+        """Wait until every node sees every node running and none is paused."""
+
+        def formed() -> bool:
+            return all(self.running(n) == self.nodes and not self.paused(n) for n in self.nodes)
+
+        self.wait_for(formed, timeout, "every node to see all running and none paused")
+
+
+class ClusterFactory:
+    """Makes Clusters in `root`; `close()` tears down all of them and the proxy server."""
+
+    def __init__(self, root: Path, launcher: Launcher | None = None) -> None:
+        self.root = Path(root)
+        self.launcher = launcher or Launcher()
+        self._own_launcher = launcher is None
+        self.clusters: list[Cluster] = []
+        self._api: ToxiproxyAPI | None = None
+        self._server: OsNode | None = None
+        self._external = bool(os.environ.get("TOXIPROXY_URL"))
+
+    @property
+    def api(self) -> ToxiproxyAPI:
+        """The Toxiproxy API: $TOXIPROXY_URL, else a `rabbitry faultproxy` started now."""
+        if self._api is None:
+            url = os.environ.get("TOXIPROXY_URL")
+            if url:
+                self._api = ToxiproxyAPI.from_url(url)
+            else:
+                if not faultproxy_available():
+                    raise RuntimeError("rabbitry faultproxy not available and no TOXIPROXY_URL")
+                spec = NodeSpec(
+                    "faultproxy",
+                    [sys.executable, "-m", "rabbitry", "faultproxy", "--listen", f"{HOST}:0"],
+                    ready=FAULTPROXY_READY,
+                    ready_timeout=30.0,
+                )
+                self._server = self.launcher.start_one(spec)
+                host, _, port = (self._server.address or "").rpartition(":")
+                self._api = ToxiproxyAPI(host or HOST, int(port))
+        return self._api
+
+    def __call__(
+        self,
+        n: int = 3,
+        partition_handling: str | dict[str, Any] = "pause_minority",
+        net_ticktime: float = 1.0,
+        tree: str | os.PathLike[str] | None = None,
+        *,
+        wait: bool = True,
+    ) -> Cluster:
+        """Start an n-node cluster and (with `wait`) wait until it has formed."""
+        index = len(self.clusters)
+        prefix = (
+            f"rabbitry-{os.getpid()}-{id(self):x}-{index}:"
+            if self._external
+            else (f"{index}:" if index else "")
+        )
+        cluster = Cluster(
+            self.launcher,
+            self.api,
+            self.root / f"cluster{index}",
+            n,
+            partition_handling=partition_handling,
+            net_ticktime=net_ticktime,
+            tree=tree,
+            proxy_prefix=prefix,
+        )
+        self.clusters.append(cluster)
+        cluster.start()
+        if wait:
+            cluster.wait_until_formed()
+        return cluster
+
+    def close(self) -> None:
+        """Stop every node, delete every proxy, stop the proxy server we started."""
+        try:
+            for cluster in reversed(self.clusters):
+                cluster.close()
+        finally:
+            server, self._server = self._server, None
+            if server is not None:
+                server.stop(self.launcher.grace)
+            if self._own_launcher:
+                self.launcher.stop_all()
