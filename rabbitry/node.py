@@ -94,6 +94,12 @@ class Node:
     @classmethod
     def start(cls, config: NodeConfig) -> Node:
         node = cls(config)
+        if config.bus is not None:
+            log.warning(
+                "bus: %s is configured, but gossip and mingle are not built yet: the bus is "
+                "not used by this version",
+                config.bus,
+            )
         config.data_dir.mkdir(parents=True, exist_ok=True)
         node.root = Supervisor.start(
             SupFlags("rest_for_one", intensity=3, period=10.0), node._children(), name=config.node
