@@ -65,12 +65,6 @@ class _AppDone:
     started: bool
 
 
-@dataclass(frozen=True)
-class _Subscribe:
-    ref: Any
-    on: bool
-
-
 _MEMBERSHIP: dict[str, Any] = {
     "cluster_query": lambda shell, msg: shell._cluster_query(msg),
     "address": lambda shell, msg: shell._learn_address(msg),
