@@ -2,7 +2,8 @@
 
 The core decides; this Process does the I/O. It feeds the core the NetKernel's NodeUp/NodeDown,
 the messages sent to the registered name NodeMonitorCore.NAME, and its timers, and performs the
-effects the core returns: messages through the NetKernel, timers as threading.Timers that tell
+effects the core returns: messages through the NetKernel, timers through Process.send_after
+(keyed, so re-arming replaces; cancelled when the process ends) that tell
 this process when they fire, connects on a helper thread (a connect blocks), the cluster files
 written atomically, and pausing or resuming the node's application tree through `AppControl`.
 
@@ -152,9 +153,7 @@ class NodeMonitor(Process):
         self._shutdown()
 
     def _shutdown(self) -> None:
-        for _, timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        self._timers.clear()  # the timers themselves end with the process (send_after)
         self._app_jobs.put(None)
         kernel = getattr(self, "kernel", None)
         if kernel is not None:
@@ -273,7 +272,7 @@ class NodeMonitor(Process):
         elif kind is CancelTimer:
             entry = self._timers.pop(effect.key, None)
             if entry is not None:
-                entry[1].cancel()
+                self.cancel_timer(entry[1])
         elif kind is Connect:
             self._connect(effect.node)
         elif kind is Disconnect:
@@ -301,13 +300,11 @@ class NodeMonitor(Process):
     def _set_timer(self, key: str, after: float, data: Any) -> None:
         old = self._timers.pop(key, None)
         if old is not None:
-            old[1].cancel()
+            self.cancel_timer(old[1])
+        # The generation drops a _Fired that was already queued when its timer was replaced.
         self._generations += 1
-        fired = _Fired(key, self._generations, data)
-        timer = threading.Timer(max(0.0, after), self._tell_quietly, args=(fired,))
-        timer.daemon = True
+        timer = self.send_after(after, _Fired(key, self._generations, data))
         self._timers[key] = (self._generations, timer)
-        timer.start()
 
     def _tell_quietly(self, message: Any) -> None:
         with contextlib.suppress(Exception):
