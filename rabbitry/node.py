@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,21 @@ log = logging.getLogger("rabbitry.node")
 
 STATS_INTERVAL = 2.5  # RabbitMQ's vm_memory_monitor checks every 2.5 s
 ADDRESSES_FILE = "dist_addresses.json"
+
+_current: Node | None = None  # the node this process runs (one OS process is one node)
+
+
+def current_node() -> Node:
+    """The Node running in this OS process, for application processes in its tree.
+
+    Raises RuntimeError outside a node (a tree run with `rabbitry tree run`, a unit test).
+    """
+    if _current is None:
+        raise RuntimeError(
+            "no rabbitry node runs in this process; start one with `rabbitry node start` "
+            "(application code that needs the cluster must run in a node's `tree:`)"
+        )
+    return _current
 
 
 class _Parts:
@@ -90,10 +106,15 @@ class Node:
         self.config = config
         self.parts = _Parts()
         self.root: Any = None
+        # The monitor may ask to start or stop the application while the root is still
+        # starting its children (Supervisor.start has not returned the root yet).
+        self._root_ready = threading.Event()
 
     @classmethod
     def start(cls, config: NodeConfig) -> Node:
+        global _current
         node = cls(config)
+        _current = node
         if config.bus is not None:
             log.warning(
                 "bus: %s is configured, but gossip and mingle are not built yet: the bus is "
@@ -104,12 +125,25 @@ class Node:
         node.root = Supervisor.start(
             SupFlags("rest_for_one", intensity=3, period=10.0), node._children(), name=config.node
         )
+        node._root_ready.set()
         return node
 
     def stop(self) -> None:
         """Stop every part in reverse order; the monitor writes nodes_running_at_shutdown."""
+        global _current
         if self.root is not None and self.root.is_alive():
             self.root.stop()
+        if _current is self:
+            _current = None
+
+    @property
+    def name(self) -> str:
+        return self.config.node
+
+    @property
+    def monitor(self) -> Any:
+        """The NodeMonitor's ref: `get_status()`, `subscribe(ref)` for NodeEvents."""
+        return self.parts.monitor
 
     @property
     def kernel(self) -> NetKernel:
@@ -140,15 +174,23 @@ class Node:
         ]
         if config.control is not None:
             children.append(ChildSpec("control", self._start_control, shutdown=5.0))
-        if config.tree is not None:
-            children.append(
-                ChildSpec(
-                    "app",
-                    (Supervisor, (config.tree.flags, config.tree.children), {"name": "app"}),
-                    type="supervisor",
-                )
-            )
+        if config.tree is not None and not self._app_held:
+            children.append(self._app_spec())
         return children
+
+    @property
+    def _app_held(self) -> bool:
+        """Under pause_minority and pause_if_all_down the application is not started with
+        the node: the node monitor starts it once this node may run (see NodeMonitorCore's
+        hold_app), so that it never runs, not even for a start-up moment, on a minority."""
+        return self.config.partition_handling.pauses
+
+    def _app_spec(self) -> ChildSpec:
+        tree = self.config.tree
+        assert tree is not None
+        return ChildSpec(
+            "app", (Supervisor, (tree.flags, tree.children), {"name": "app"}), type="supervisor"
+        )
 
     def _start_kernel(self) -> Any:
         config = self.config
@@ -170,6 +212,7 @@ class Node:
             config.partition_handling,
             initial_nodes=config.cluster_nodes,
             app=AppControl(pause=self._pause_app, resume=self._resume_app),
+            hold_app=self._app_held,
         )
         return self.parts.monitor
 
@@ -192,13 +235,22 @@ class Node:
 
     # ------------------------------------------------------------------ the application
 
+    def _has_app_child(self) -> bool:
+        if not self._root_ready.wait(60):
+            raise RuntimeError(f"node {self.config.node}: the root supervisor did not start")
+        return any(child.id == "app" for child in self.root.proxy().which_children().get())
+
     def _pause_app(self) -> None:
-        if self.config.tree is not None:
+        if self.config.tree is not None and self._has_app_child():
             self.root.proxy().terminate_child("app").get()
 
     def _resume_app(self) -> None:
-        if self.config.tree is not None:
+        if self.config.tree is None:
+            return
+        if self._has_app_child():
             self.root.proxy().restart_child("app").get()
+        else:  # held at boot: the first start
+            self.root.proxy().start_child(self._app_spec()).get()
 
     def _app_weight(self) -> int:
         """Autoheal's weight: the application's running children (0 when paused)."""

@@ -58,6 +58,7 @@ class NodeMonitorCore:
         startup_grace: float | None = None,
         status_timeout: float = 5.0,
         disconnect_delay: float = 0.1,
+        hold_app: bool = False,
     ) -> None:
         self.node = node
         self.creation = creation
@@ -84,7 +85,11 @@ class NodeMonitorCore:
         self._partitions: set[str] = set()
         self._paused = False  # the decision; the shell is told by PauseApp/ResumeApp
         self._app = "running"  # what the shell reported: running|stopping|stopped|starting
-        self._booting = self.config.pauses and self.startup_grace > 0
+        # hold_app: the application is not running at boot, and starts only once the
+        # partition mode allows it (see start()). Without it the application runs from boot
+        # and a start-up grace defers the first pause.
+        self.hold_app = hold_app and self.config.pauses
+        self._booting = self.config.pauses and self.startup_grace > 0 and not self.hold_app
         self._boot_logged = False
         self._views = ViewTable(node, creation)
         self._cut: set[str] = set()  # links we cut on purpose (upgrade to full partition)
@@ -146,6 +151,15 @@ class NodeMonitorCore:
         ]
         out += self._save()
         out += [Connect(n) for n in sorted(self._others())]
+        if self.hold_app:
+            # Held: the application starts only when this node is on the side that may run
+            # (a strict majority, a preferred node), so that nothing it acknowledges at boot
+            # lives on a minority. The PauseApp makes sure of "not running" whatever the
+            # shell's state (a monitor restarted under a running application); _decide then
+            # resumes at once if the mode allows.
+            self._paused = True
+            self._app = "stopping"
+            out.append(PauseApp("held at boot until the partition mode allows it to run"))
         return out + self._settle(now)
 
     def nodeup(self, node: str, creation: int, now: float) -> list[Effect]:

@@ -325,16 +325,40 @@ class NodeMonitor(Process):
         threading.Thread(target=attempt, name=f"connect-{node}", daemon=True).start()
 
     def _app_loop(self) -> None:
-        """Run pauses and resumes in order; report each to the core when done."""
+        """Run pauses and resumes in order; report each to the core when done.
+
+        A failed resume is retried (1 s, doubling to 30 s) until it works or a newer request
+        comes: the core is told "running" only when the application really started, so the
+        status never shows a node running an application that is not there.
+        """
         while True:
             job = self._app_jobs.get()
             if job is None:
                 return
-            if self._app is not None:
+            delay, done = 1.0, False
+            while not done:
                 try:
-                    (self._app.resume if job else self._app.pause)()
+                    if self._app is not None:
+                        (self._app.resume if job else self._app.pause)()
+                    done = True
                 except Exception:
                     log.exception(
-                        "node monitor: %s the application failed", "resuming" if job else "pausing"
+                        "node monitor: %s the application failed",
+                        "resuming" if job else "pausing",
                     )
-            self._tell_quietly(_AppDone(started=job))
+                    if not job:
+                        done = True  # a failed stop leaves nothing to restart: report stopped
+                    elif self._newer_app_job(delay):
+                        break  # superseded while failing: the newer request reports
+                    delay = min(2 * delay, 30.0)
+            if done:
+                self._tell_quietly(_AppDone(started=job))
+
+    def _newer_app_job(self, wait: float) -> bool:
+        """Wait up to `wait` s for a newer app request; True if one came (or we stop)."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not self._app_jobs.empty():
+                return True
+            time.sleep(0.05)
+        return not self._app_jobs.empty()

@@ -9,6 +9,7 @@ class name, so the same handlers serve both.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -83,8 +84,12 @@ class NodeMonitorKind:
         keepalive_interval: float = 10.0,
         disconnect_ban: float = 1.0,
         autoheal_timeout: float = 60.0,
+        hold_app: bool = True,
     ) -> None:
         self.api = api
+        # As a real node does (rabbitry/node.py): under the pause modes the application is
+        # held at boot until the node may run. The stub core has no such option.
+        self.hold_app = hold_app and "hold_app" in inspect.signature(api.NodeMonitorCore).parameters
         self.name: str = api.NodeMonitorCore.NAME
         self.members = list(members)
         self.mode = mode
@@ -114,10 +119,11 @@ class NodeMonitorKind:
             keepalive_interval=self.keepalive_interval,
             disconnect_ban=self.disconnect_ban,
             autoheal_timeout=self.autoheal_timeout,
+            **({"hold_app": True} if self.hold_app else {}),
         )
         if hasattr(core, "set_weight"):
             core.set_weight(sim.rng.randrange(0, 4))
-        node.state["app"] = "running"
+        node.state["app"] = "stopped" if getattr(core, "hold_app", False) else "running"
         node.state["app_busy_until"] = sim.now
         node.state["notified"] = []
         return core
