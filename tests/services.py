@@ -1,0 +1,163 @@
+"""Real servers for tests: Redis and RabbitMQ on this machine, or redis-server processes.
+
+Tests of Redis or AMQP behaviour talk to real servers, never to fakes. When a server is
+missing, the test skips with a message saying what to install, except under CI
+(`RABBITRY_REQUIRE_SERVICES=1`), where a missing server fails the test instead: CI must
+never report green because it silently tested nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+_HOWTO = {
+    "redis": "install Redis (apt install redis-server) and run it on 127.0.0.1:6379",
+    "amqp": "install RabbitMQ (apt install rabbitmq-server) and run it on 127.0.0.1:5672 "
+    "with the guest/guest user",
+    "redis-server": "install the redis-server binary (apt install redis-server)",
+}
+
+
+def services_required() -> bool:
+    """True under CI: a missing server is a failure, not a skip."""
+    return os.environ.get("RABBITRY_REQUIRE_SERVICES", "") not in ("", "0")
+
+
+def _missing(what: str, detail: str) -> None:
+    message = f"{what} is not available ({detail}); {_HOWTO[what]}"
+    if services_required():
+        pytest.fail(f"RABBITRY_REQUIRE_SERVICES=1: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def _reachable(host: str, port: int) -> str | None:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError as exc:
+        return f"cannot connect to {host}:{port}: {exc}"
+    return None
+
+
+def require_redis() -> str:
+    """The local Redis URL, or skip/fail if no Redis answers on 127.0.0.1:6379."""
+    problem = _reachable("127.0.0.1", 6379)
+    if problem:
+        _missing("redis", problem)
+    return REDIS_URL
+
+
+def require_amqp() -> str:
+    """The local RabbitMQ URL, or skip/fail if nothing answers on 127.0.0.1:5672."""
+    problem = _reachable("127.0.0.1", 5672)
+    if problem:
+        _missing("amqp", problem)
+    return AMQP_URL
+
+
+def redis_server_binary() -> str:
+    """The path of redis-server, or skip/fail if it is not installed."""
+    path = shutil.which("redis-server")
+    if path is None:
+        _missing("redis-server", "no redis-server on PATH")
+    return path  # type: ignore[return-value]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    """A redis-server process this test started, on its own free port and dir."""
+
+    port: int
+    dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *extra: str) -> RedisServer:
+        """Start (or restart) the server and wait until it answers PING."""
+        binary = redis_server_binary()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "no", "--dir", str(self.dir), *extra]
+        log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                text = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server on port {self.port} exited: {text}")
+            if self.ping():
+                return self
+            time.sleep(0.02)
+        raise RuntimeError(f"redis-server on port {self.port} did not answer PING in 10 s")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the server (SIGKILL with `kill`) and wait for it to exit."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture
+def redis_servers(tmp_path: Path) -> Iterator[Callable[..., list[RedisServer]]]:
+    """A factory: `redis_servers(n, *extra_args)` starts n redis-server processes on free
+    ports, each in its own dir; all are stopped after the test."""
+    started: list[RedisServer] = []
+
+    def make(n: int = 1, *extra: str) -> list[RedisServer]:
+        servers = []
+        for _ in range(n):
+            server = RedisServer(_free_port(), tmp_path / f"redis-{len(started)}")
+            started.append(server)
+            servers.append(server.start(*extra))
+        return servers
+
+    yield make
+    for server in started:
+        with contextlib.suppress(Exception):
+            server.stop(kill=True)
