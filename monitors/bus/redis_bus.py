@@ -1,0 +1,246 @@
+"""redis://: broadcasts over Redis pub/sub, direct sends through a per-node list.
+
+Keys and channels, for exchange E and node N:
+    E:bc:<routing key>   pub/sub channel of a broadcast; every bus PSUBSCRIBEs "E:bc:*" and
+                         filters with the topic matcher (Redis's glob `*` also matches dots, so
+                         it cannot express AMQP's `*` by itself)
+    E:direct:N           list of N's direct frames (LPUSH by senders, RPOP by N): a direct send
+                         survives until N reads it, for up to `direct_expires` without a push
+    E:wake:N             pub/sub channel that tells N "your list has something" (no payload)
+
+Threads: a reader (pub/sub connection, the wake-ups, draining the list) that owns `connected`,
+and a sender that owns the publishing connection. redis-py's own retries are turned off: the
+bus does its own reconnecting, with backoff, and must see every failure to report it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from monitors.bus.backoff import Backoff
+from monitors.bus.base import Bus, log
+from monitors.bus.errors import BusUnavailable
+from monitors.bus.outbox import BROADCAST, Request
+
+# Atomic "push unless full": LPUSH+LTRIM would silently drop the OLDEST frame of a full list,
+# which may be a confirmed one; refusing the NEW one lets its sender know.
+_PUSH = """
+local n = redis.call('LLEN', KEYS[1])
+if n >= tonumber(ARGV[2]) then return -1 end
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', KEYS[2], '')
+return n + 1
+"""
+
+_PING_EVERY = 1.0  # seconds between PINGs on the pub/sub connection
+_DEAD_AFTER = 5.0  # no reply at all for this long: the connection is dead (blackhole, not reset)
+_DRAIN_EVERY = 1.0  # re-check the direct list even without a wake-up (one may be missed)
+_POP_BATCH = 100
+
+
+class RedisBus(Bus):
+    scheme = "redis"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stop = threading.Event()
+        self._bc_prefix = f"{self.exchange}:bc:"
+        self._wake_channel = f"{self.exchange}:wake:{self.node}"
+        self._drain_soon = False  # set by the first subscription: read the list now
+        self._reader = threading.Thread(
+            target=self._read_loop, name=self._thread_name("reader"), daemon=True
+        )
+        self._sender = threading.Thread(
+            target=self._send_loop, name=self._thread_name("sender"), daemon=True
+        )
+
+    def _list_key(self, node: str) -> str:
+        return f"{self.exchange}:direct:{node}"
+
+    def _client(self, timeout: float = 5.0) -> redis.Redis:
+        """A fresh client with redis-py's retries off; timeouts bound every blocking call."""
+        return redis.Redis(
+            host=self.url.host,
+            port=self.url.port,
+            db=self.url.db,
+            username=self.url.username,
+            password=self.url.password,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            socket_keepalive=True,
+            retry=Retry(NoBackoff(), 0),
+            client_name=f"rabbitry-bus:{self.exchange}:{self.node}",
+        )
+
+    def _start(self) -> None:
+        super()._start()
+        self._reader.start()
+        self._sender.start()
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        self._outbox.wake()
+        for thread in (self._reader, self._sender):
+            if thread.is_alive():
+                thread.join(10)
+
+    def _pattern_added(self, pattern: str) -> None:
+        self._drain_soon = True
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self.options.reconnect_initial, self.options.reconnect_max)
+
+    # ---- receiving --------------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        backoff = self._backoff()
+        while not self._stop.is_set():
+            client = pubsub = None
+            try:
+                client = self._client()
+                pubsub = client.pubsub()
+                self._listen(client, pubsub, backoff)
+            except (RedisError, OSError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a bug must not end the thread: log it and reconnect
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("bus %s: unexpected error in the Redis reader", self.node)
+            finally:
+                for closable in (pubsub, client):
+                    if closable is not None:
+                        with contextlib.suppress(Exception):
+                            closable.close()
+            self._set_connected(False)
+            if not self._stop.is_set():
+                self._stop.wait(backoff.next())
+
+    def _listen(self, client: redis.Redis, pubsub: Any, backoff: Backoff) -> None:
+        pubsub.psubscribe(f"{self._bc_prefix}*")
+        pubsub.subscribe(self._wake_channel)
+        awaiting = {"psubscribe", "subscribe"}  # connected only once Redis confirmed both
+        now = time.monotonic()
+        last_heard, next_ping, next_drain = now, now + _PING_EVERY, now
+        while not self._stop.is_set():
+            message = pubsub.get_message(timeout=0.1)
+            now = time.monotonic()
+            if message is not None:
+                last_heard = now
+                kind = message["type"]
+                if kind == "pmessage":
+                    self._on_broadcast(message["channel"], message["data"])
+                elif kind == "message":
+                    next_drain = now  # a wake-up: our list has something
+                elif kind in awaiting:
+                    awaiting.discard(kind)
+                    if not awaiting:
+                        self._set_connected(True)
+                        backoff.reset()
+            # The list is read only once something is subscribed: frames queued for this node
+            # before it subscribed must wait for their handlers, not become "unrouted".
+            if not awaiting and self._patterns and (now >= next_drain or self._drain_soon):
+                self._drain_soon = False
+                self._drain(client)
+                next_drain = time.monotonic() + _DRAIN_EVERY
+            if now >= next_ping:
+                pubsub.ping()
+                next_ping = now + _PING_EVERY
+            if now - last_heard > _DEAD_AFTER:
+                raise ConnectionError(f"no reply from Redis for {_DEAD_AFTER:g} s")
+
+    def _on_broadcast(self, channel: bytes, data: Any) -> None:
+        key = channel.decode("utf-8", "replace")[len(self._bc_prefix) :]
+        if not isinstance(data, bytes):
+            data = str(data).encode()
+        self._receive(data, direct=False, expect_rk=key)
+
+    def _drain(self, client: redis.Redis) -> None:
+        """Take direct frames from our list, never more than the inbox has room for: what we
+        cannot take yet stays safe in Redis (backpressure instead of loss)."""
+        while not self._stop.is_set():
+            room = min(self._inbox_room(), _POP_BATCH)
+            if room <= 0:
+                return
+            frames = client.rpop(self._list_key(self.node), room)
+            if not frames:
+                return
+            for frame in frames:
+                self._receive(frame, direct=True)
+            if len(frames) < room:
+                return
+
+    # ---- sending ----------------------------------------------------------------------------
+
+    def _send_loop(self) -> None:
+        backoff = self._backoff()
+        client: redis.Redis | None = None
+        push = None
+        while not self._stop.is_set():
+            request = self._outbox.get(timeout=0.5)
+            if request is None or not request.start():
+                continue
+            try:
+                if client is None:
+                    client = self._client()
+                    push = client.register_script(_PUSH)
+                self._send_one(client, push, request)
+                backoff.reset()
+            except (RedisError, OSError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if client is not None:
+                    client.close()
+                client = None
+                self._failed(request, backoff)
+            except Exception as exc:  # a bug: fail this request, keep the thread
+                log.exception("bus %s: unexpected error in the Redis sender", self.node)
+                request.finish(BusUnavailable(f"internal error: {exc!r}"))
+        if client is not None:
+            client.close()
+
+    def _send_one(self, client: redis.Redis, push: Any, request: Request) -> None:
+        if request.kind == BROADCAST:
+            client.publish(self._bc_prefix + request.routing_key, request.frame)
+            self._count("published")
+            request.finish()
+            return
+        assert request.node is not None
+        expires_ms = int(self.options.direct_expires * 1000)
+        args = [request.frame, self.options.direct_max, expires_ms]
+        keys = [self._list_key(request.node), f"{self.exchange}:wake:{request.node}"]
+        if push(keys=keys, args=args) == -1:
+            error = BusUnavailable(
+                f"{request.describe}: the node's queue is full "
+                f"({self.options.direct_max} messages); is the node running?"
+            )
+            if not request.confirm:
+                self._count("dropped_unconfirmed")
+            request.finish(error)
+            return
+        self._count("sent")
+        request.finish()
+
+    def _failed(self, request: Request, backoff: Backoff) -> None:
+        """A Redis error on `request`: retry a confirmed one while its caller waits (the
+        attempt may have landed, so a retry can duplicate: at-least-once), drop the rest."""
+        if request.confirm and request.remaining() > 0:
+            request.retry_later()
+            self._outbox.put_front(request)
+            self._stop.wait(min(backoff.next(), max(0.0, request.remaining())))
+            return
+        if request.confirm:
+            request.finish(
+                BusUnavailable(
+                    f"{request.describe}: not confirmed, Redis failed: {self.last_error}"
+                )
+            )
+        else:
+            self._count("dropped_unconfirmed")
+            request.finish()
