@@ -34,6 +34,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "FAULTPROXY_READY",
     "Cluster",
     "ClusterFactory",
+    "Fault",
     "ToxiproxyAPI",
     "ToxiproxyError",
     "faultproxy_available",
@@ -59,6 +61,24 @@ DEFAULT_TREE = (
     "supervisor:\n  children:\n    - id: idle\n      start: 'rabbitry.examples_workers:Idle'\n"
 )
 _CUT = {"type": "timeout", "attributes": {"timeout": 0}, "toxicity": 1.0}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One step of the fault schedule: when it began, what it was, and then each node's side
+    (the nodes it could exchange bytes with both ways, itself included; [] when down)."""
+
+    t: float
+    what: str
+    sides: dict[str, list[str]]
+
+    def __str__(self) -> str:
+        short = {
+            n.partition("@")[0]: "".join(m.partition("@")[0] for m in s)
+            for n, s in self.sides.items()
+        }
+        parts = " ".join(f"{n}:{s or '-'}" for n, s in short.items())
+        return f"{self.t:.3f} {self.what}  [sides {parts}]"
 
 
 def node_name(index: int) -> str:
@@ -204,6 +224,9 @@ class Cluster:
         self._clients: dict[str, ControlClient] = {}
         self._quick: dict[str, ControlClient] = {}
         self._specs: dict[str, NodeSpec] = {}
+        self.faults: list[Fault] = []  # the fault schedule, in order
+        self._cuts: set[tuple[str, str]] = set()  # directed links a -> b whose bytes are dropped
+        self._down: set[str] = set()  # nodes killed or SIGSTOPped
         self._configure(partition_handling, tree)
 
     # -- set-up --------------------------------------------------------------------------
@@ -293,12 +316,43 @@ class Cluster:
             raise KeyError(f"no node {node!r} in this cluster; nodes: {self.nodes}")
         return full
 
+    @contextlib.contextmanager
+    def _faulting(self, what: str) -> Iterator[None]:
+        """Record a fault: when it began, and each node's side once it is in place."""
+        began = time.time()
+        yield
+        self.faults.append(Fault(began, what, {n: self.side(n) for n in self.nodes}))
+
+    def note_fault(self, what: str) -> None:
+        """Add a fault made by hand (a toxic added through `api`) to the schedule. Such a
+        fault does not change `side()`: only cuts, kills and stops do."""
+        with self._faulting(what):
+            pass
+
+    def side(self, node: str) -> list[str]:
+        """The nodes `node` can exchange bytes with both ways (itself included), from the
+        faults this handle made; [] if `node` is killed or stopped."""
+        node = self.resolve(node)
+        if node in self._down:
+            return []
+        return sorted(
+            m
+            for m in self.nodes
+            if m == node
+            or (m not in self._down and (node, m) not in self._cuts and (m, node) not in self._cuts)
+        )
+
     def cut(self, a: str, b: str, oneway: bool = False, disconnect: bool = False) -> None:
         """Stop the bytes from a to b (and from b to a unless `oneway`).
 
         Bytes are dropped silently (timeout toxics); with `disconnect` (both ways only), the
         two proxies are disabled instead: connections close at once and new ones are refused.
         """
+        arrow = "->" if oneway else ("-x-" if disconnect else "<->")
+        with self._faulting(f"cut {self.resolve(a)} {arrow} {self.resolve(b)}"):
+            self._cut(a, b, oneway, disconnect)
+
+    def _cut(self, a: str, b: str, oneway: bool, disconnect: bool) -> None:
         a, b = self.resolve(a), self.resolve(b)
         if a == b:
             raise ValueError(f"cannot cut {a} from itself")
@@ -307,6 +361,7 @@ class Cluster:
                 raise ValueError("disconnect=True closes both directions; it cannot be oneway")
             self.api.set_enabled(self.proxy_name(a, b), False)
             self.api.set_enabled(self.proxy_name(b, a), False)
+            self._cuts |= {(a, b), (b, a)}
             return
         self._drop(a, b)
         if not oneway:
@@ -314,6 +369,7 @@ class Cluster:
 
     def _drop(self, a: str, b: str) -> None:
         """Drop every byte a sends to b: upstream of "a->b", downstream of "b->a"."""
+        self._cuts.add((a, b))
         for proxy, stream in (
             (self.proxy_name(a, b), "upstream"),
             (self.proxy_name(b, a), "downstream"),
@@ -334,18 +390,21 @@ class Cluster:
         seen = [node for group in sets for node in group]
         if len(seen) != len(set(seen)):
             raise ValueError(f"a node is in two groups: {sets}")
-        for i, j in itertools.combinations(range(len(sets)), 2):
-            for a in sets[i]:
-                for b in sets[j]:
-                    self.cut(a, b)
+        with self._faulting("partition " + " | ".join(" ".join(group) for group in sets)):
+            for i, j in itertools.combinations(range(len(sets)), 2):
+                for a in sets[i]:
+                    for b in sets[j]:
+                        self._cut(a, b, False, False)
 
     def heal(self) -> None:
         """Remove every toxic and re-enable every proxy of this cluster."""
-        for proxy in self._created:
-            for toxic in self.api.toxics(proxy):
-                with contextlib.suppress(ToxiproxyError):
-                    self.api.delete_toxic(proxy, toxic["name"])
-            self.api.set_enabled(proxy, True)
+        with self._faulting("heal"):
+            for proxy in self._created:
+                for toxic in self.api.toxics(proxy):
+                    with contextlib.suppress(ToxiproxyError):
+                        self.api.delete_toxic(proxy, toxic["name"])
+                self.api.set_enabled(proxy, True)
+            self._cuts.clear()
 
     # -- processes -----------------------------------------------------------------------
 
@@ -355,23 +414,32 @@ class Cluster:
 
     def kill(self, node: str) -> None:
         """SIGKILL the node's process group."""
-        self.proc(node).kill()
+        with self._faulting(f"kill {self.resolve(node)}"):
+            self.proc(node).kill()
+            self._down.add(self.resolve(node))
 
     def stop(self, node: str) -> None:
         """SIGSTOP the node: it freezes with its sockets open."""
-        self.proc(node).pause()
+        with self._faulting(f"SIGSTOP {self.resolve(node)}"):
+            self.proc(node).pause()
+            self._down.add(self.resolve(node))
 
     def cont(self, node: str) -> None:
         """SIGCONT a node stopped with `stop`."""
-        self.proc(node).resume()
+        with self._faulting(f"SIGCONT {self.resolve(node)}"):
+            self.proc(node).resume()
+            self._down.discard(self.resolve(node))
 
     def restart(self, node: str) -> None:
         """Start the node again, same config and data dir (SIGTERM first if it still runs)."""
         name = self.resolve(node)
-        old = self.procs.get(name)
-        if old is not None and old.alive:
-            old.stop(self.launcher.grace)
-        self.procs[name] = self.launcher.start_one(self._specs[name])
+        with self._faulting(f"restart {name}"):
+            old = self.procs.get(name)
+            if old is not None and old.alive:
+                old.stop(self.launcher.grace)
+            self._down.add(name)  # down while it boots
+            self.procs[name] = self.launcher.start_one(self._specs[name])
+            self._down.discard(name)
 
     def config_file(self, node: str) -> Path:
         return self.root / f"{self.resolve(node).partition('@')[0]}.yaml"
@@ -418,7 +486,10 @@ class Cluster:
                     toxics.insert(0, "disabled")
                 if toxics:
                     faults.append(f"  {proxy}: {', '.join(toxics)}")
-        return "\n".join(["statuses:", *lines, "faults:", *(faults or ["  none"])])
+        schedule = [f"  {fault}" for fault in self.faults] or ["  none"]
+        return "\n".join(
+            ["statuses:", *lines, "faults:", *(faults or ["  none"]), "fault schedule:", *schedule]
+        )
 
     def wait_for(
         self, predicate: Callable[[], Any], timeout: float = 20.0, what: str | None = None
