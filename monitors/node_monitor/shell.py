@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from monitors.core_timers import CoreTimers, Fired
 from monitors.dist import Message, NetKernel, NodeDown, NodeUp
 from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
 from monitors.node_monitor.config import PartitionHandling
@@ -52,13 +53,6 @@ class AppControl:
 
     pause: Callable[[], None]
     resume: Callable[[], None]
-
-
-@dataclass(frozen=True)
-class _Fired:
-    key: str
-    generation: int
-    data: Any
 
 
 @dataclass(frozen=True)
@@ -102,8 +96,7 @@ class NodeMonitor(Process):
         self._initial_nodes = tuple(initial_nodes)
         self._app = app
         self._core_options = core_options
-        self._timers: dict[str, tuple[int, threading.Timer]] = {}
-        self._generations = 0
+        self._timers = CoreTimers(self)
         self._subscribers: dict[str, Any] = {}
         self._connecting: set[str] = set()
         self._app_jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -214,10 +207,8 @@ class NodeMonitor(Process):
         elif isinstance(message, NodeDown):
             self._connecting.discard(message.node)
             self._perform(core.nodedown(message.node, message.reason, now))
-        elif isinstance(message, _Fired):
-            current = self._timers.get(message.key)
-            if current is not None and current[0] == message.generation:
-                del self._timers[message.key]
+        elif isinstance(message, Fired):
+            if self._timers.fired(message):
                 self._perform(core.timer(message.key, now, message.data))
         elif isinstance(message, _AppDone):
             effects = core.app_started(now) if message.started else core.app_stopped(now)
@@ -268,11 +259,9 @@ class NodeMonitor(Process):
         if kind is Send:
             self.kernel.send(effect.node, effect.name, effect.msg)
         elif kind is SetTimer:
-            self._set_timer(effect.key, effect.after, effect.data)
+            self._timers.set(effect.key, effect.after, effect.data)
         elif kind is CancelTimer:
-            entry = self._timers.pop(effect.key, None)
-            if entry is not None:
-                self.cancel_timer(entry[1])
+            self._timers.cancel(effect.key)
         elif kind is Connect:
             self._connect(effect.node)
         elif kind is Disconnect:
@@ -296,15 +285,6 @@ class NodeMonitor(Process):
                     self._subscribers.pop(urn, None)
         else:
             log.error("node monitor: unknown effect %r dropped", effect)
-
-    def _set_timer(self, key: str, after: float, data: Any) -> None:
-        old = self._timers.pop(key, None)
-        if old is not None:
-            self.cancel_timer(old[1])
-        # The generation drops a _Fired that was already queued when its timer was replaced.
-        self._generations += 1
-        timer = self.send_after(after, _Fired(key, self._generations, data))
-        self._timers[key] = (self._generations, timer)
 
     def _tell_quietly(self, message: Any) -> None:
         with contextlib.suppress(Exception):
