@@ -119,18 +119,40 @@ class _UsageError(Exception):
 
 def status_command(args: argparse.Namespace) -> int:
     try:
-        status = _client(args).status()
+        client = _client(args)
+        status = client.status()
     except _UsageError as exc:
         print(f"rabbitry cluster status: {exc}", file=sys.stderr)
         return 2
     except ControlError as exc:
         print(f"rabbitry cluster status: {exc}", file=sys.stderr)
         return 1
-    if args.json:
+    if args.json:  # exactly the keys of DESIGN.md; the gossip state is GET /gossip
         print(json.dumps({key: status.get(key) for key in STATUS_KEYS}))
         return 0
     print(format_status(status))
+    try:
+        gossip = client.gossip()
+    except ControlError as exc:
+        if exc.status != 409:  # 409: no bus configured, nothing to show
+            print(f"  gossip         unavailable: {exc}")
+    else:
+        print(format_gossip(gossip))
     return 0
+
+
+def format_gossip(gossip: dict[str, Any]) -> str:
+    """The gossip lines of `rabbitry cluster status`: alive workers and the clock."""
+    alive = ", ".join(gossip.get("alive") or []) or "-"
+    bus = "connected" if gossip.get("connected") else "DISCONNECTED"
+    return "\n".join(
+        [
+            f"  gossip bus     {bus}",
+            f"  alive workers  {alive}",
+            f"  clock          {gossip.get('clock')}",
+            f"  revoked ids    {gossip.get('revoked')}",
+        ]
+    )
 
 
 def format_status(status: dict[str, Any]) -> str:

@@ -182,6 +182,10 @@ class ControlClient:
         """The node's cluster status, with exactly the keys in STATUS_KEYS."""
         return self._request("GET", "/status")
 
+    def gossip(self) -> dict[str, Any]:
+        """The node's gossip state: clock, alive workers, revoked count, bus, elections."""
+        return self._request("GET", "/gossip")
+
     def join(self, node: str, address: str) -> dict[str, Any]:
         return self._request("POST", "/cluster/join", {"node": node, "address": address})
 

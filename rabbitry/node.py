@@ -5,6 +5,7 @@
       node_monitor   rabbit_node_monitor: cluster status, partitions, pausing
       node_stats     resource alarms and the autoheal weight, sampled every few seconds
       control        the HTTP JSON control API (when `control:` is set)
+      gossip         heartbeats, mingle, revokes and elections on the `bus:` (when set)
       app            the application tree from `tree:` (what pauses)
 
 rest_for_one: if the dist layer dies, everything after it is restarted too, as an Erlang node
@@ -24,6 +25,7 @@ from typing import Any
 
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
+from monitors.gossip import Gossip
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.shell import AppControl, NodeMonitor
 from monitors.node_monitor.status import atomic_write
@@ -61,6 +63,7 @@ class _Parts:
         self.kernel: Any = None
         self.monitor: Any = None
         self.control: Any = None
+        self.gossip: Any = None
 
 
 class NodeStats(Process):
@@ -115,12 +118,6 @@ class Node:
         global _current
         node = cls(config)
         _current = node
-        if config.bus is not None:
-            log.warning(
-                "bus: %s is configured, but gossip and mingle are not built yet: the bus is "
-                "not used by this version",
-                config.bus,
-            )
         config.data_dir.mkdir(parents=True, exist_ok=True)
         node.root = Supervisor.start(
             SupFlags("rest_for_one", intensity=3, period=10.0), node._children(), name=config.node
@@ -174,6 +171,8 @@ class Node:
         ]
         if config.control is not None:
             children.append(ChildSpec("control", self._start_control, shutdown=5.0))
+        if config.bus is not None:
+            children.append(ChildSpec("gossip", self._start_gossip, shutdown=5.0))
         if config.tree is not None and not self._app_held:
             children.append(self._app_spec())
         return children
@@ -219,11 +218,30 @@ class Node:
     def _start_stats(self) -> Any:
         return NodeStats.start_link(self.parts.monitor, self.config, self._app_weight)
 
+    def _start_gossip(self) -> Any:
+        config = self.config
+        assert config.bus is not None
+        self.parts.gossip = Gossip.start_link(
+            config.bus,
+            config.node,
+            monitor=self.parts.monitor,
+            exchange=config.gossip.exchange,
+            **config.gossip.core_options(),
+        )
+        return self.parts.gossip
+
+    def gossip_status(self) -> dict[str, Any]:
+        """The gossip state (clock, alive workers, revoked, bus, elections)."""
+        if self.parts.gossip is None:
+            raise Conflict("this node has no `bus:` configured, so it does not gossip")
+        return self.parts.gossip.proxy().status().get(timeout=10)
+
     def _start_control(self) -> Any:
         address = self.config.control
         assert address is not None
         routes = {
             ("GET", "/status"): lambda _body: self.status(),
+            ("GET", "/gossip"): lambda _body: self.gossip_status(),
             ("POST", "/cluster/join"): self._join,
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,

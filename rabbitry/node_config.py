@@ -46,8 +46,17 @@ _KEYS = (
     "control",
     "tree",
     "alarms",
+    "gossip",
 )
 _ALARM_KEYS = ("memory_high_watermark", "disk_free_limit")
+_GOSSIP_KEYS = (
+    "exchange",
+    "heartbeat_interval",
+    "interval",
+    "mingle_timeout",
+    "without_mingle",
+    "without_gossip",
+)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$", re.I)
 _SIZE_UNITS = {
     "b": 1,
@@ -89,6 +98,28 @@ class Alarms:
 
 
 @dataclass(frozen=True)
+class GossipOptions:
+    """How the node gossips on its `bus:` (defaults: Celery's 2 s heartbeat, 5 s lost check,
+    1 s mingle bound). `exchange` separates clusters sharing one broker."""
+
+    exchange: str = "rabbitry"
+    heartbeat_interval: float = 2.0
+    interval: float = 5.0
+    mingle_timeout: float = 1.0
+    without_mingle: bool = False
+    without_gossip: bool = False
+
+    def core_options(self) -> dict[str, Any]:
+        return {
+            "heartbeat_interval": self.heartbeat_interval,
+            "interval": self.interval,
+            "mingle_timeout": self.mingle_timeout,
+            "without_mingle": self.without_mingle,
+            "without_gossip": self.without_gossip,
+        }
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """A checked node config. `peers` maps each other node to how THIS node reaches it."""
 
@@ -103,6 +134,7 @@ class NodeConfig:
     control: Address | None = None
     tree: TreeSpec | None = None
     alarms: Alarms = field(default_factory=Alarms)
+    gossip: GossipOptions = field(default_factory=GossipOptions)
     file: Path | None = field(default=None, compare=False)
 
     @property
@@ -154,6 +186,7 @@ class _NodeChecker(ConfigChecker):
             control=self.control(data),
             tree=self.tree(data),
             alarms=self.alarms(data),
+            gossip=self.gossip(data),
             file=Path(self.file),
         )
 
@@ -289,6 +322,34 @@ class _NodeChecker(ConfigChecker):
     def tree(self, data: dict) -> TreeSpec | None:
         tree_path = self.path_value(data, "", "tree")
         return load_tree(tree_path) if tree_path else None
+
+    def gossip(self, data: dict) -> GossipOptions:
+        section = data.get("gossip")
+        if section is None:
+            return GossipOptions()
+        if not isinstance(section, dict):
+            self.fail("gossip", "a mapping", typed(section), at=(data, "gossip"))
+        if "bus" not in data:
+            self.fail(
+                "gossip",
+                "a `bus:` to gossip on (gossip runs only with a bus)",
+                "no bus",
+                at=(data, "gossip"),
+            )
+        self.check_keys(section, "gossip", _GOSSIP_KEYS)
+        values: dict[str, Any] = {}
+        if "exchange" in section:
+            values["exchange"] = self.string(section, "gossip", "exchange")
+        for key in ("heartbeat_interval", "interval", "mingle_timeout"):
+            if key in section:
+                values[key] = self.duration(section, "gossip", key, allow_zero=False)
+        for key in ("without_mingle", "without_gossip"):
+            if key in section:
+                value = section[key]
+                if not isinstance(value, bool):
+                    self.fail(f"gossip.{key}", "true or false", show(value), at=(section, key))
+                values[key] = value
+        return GossipOptions(**values)
 
     def alarms(self, data: dict) -> Alarms:
         alarms = data.get("alarms")

@@ -209,6 +209,7 @@ class Cluster:
         net_ticktime: float = 1.0,
         tree: str | os.PathLike[str] | None = None,
         proxy_prefix: str = "",
+        config: dict[str, Any] | None = None,
     ) -> None:
         if n < 1:
             raise ValueError(f"a cluster needs at least 1 node, got {n}")
@@ -227,6 +228,7 @@ class Cluster:
         self.faults: list[Fault] = []  # the fault schedule, in order
         self._cuts: set[tuple[str, str]] = set()  # directed links a -> b whose bytes are dropped
         self._down: set[str] = set()  # nodes killed or SIGSTOPped
+        self._extra = dict(config or {})
         self._configure(partition_handling, tree)
 
     # -- set-up --------------------------------------------------------------------------
@@ -263,6 +265,7 @@ class Cluster:
             peers = {b: self.proxies[(a, b)] for b in self.nodes if b != a}
             if peers:
                 config["cluster"] = {"nodes": peers}
+            config.update(self._extra)
             path = root / f"{short}.yaml"
             path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
             self._clients[a] = ControlClient(HOST, control[a], COOKIE, timeout=5)
@@ -584,8 +587,10 @@ class ClusterFactory:
         tree: str | os.PathLike[str] | None = None,
         *,
         wait: bool = True,
+        config: dict[str, Any] | None = None,
     ) -> Cluster:
-        """Start an n-node cluster and (with `wait`) wait until it has formed."""
+        """Start an n-node cluster and (with `wait`) wait until it has formed. `config` adds
+        keys to every node's config (`bus:`, `gossip:`, `alarms:`, ...)."""
         index = len(self.clusters)
         prefix = (
             f"rabbitry-{os.getpid()}-{id(self):x}-{index}:"
@@ -601,6 +606,7 @@ class ClusterFactory:
             net_ticktime=net_ticktime,
             tree=tree,
             proxy_prefix=prefix,
+            config=config,
         )
         self.clusters.append(cluster)
         cluster.start()

@@ -213,3 +213,38 @@ def test_a_bad_tree_file_reports_the_tree_file(tmp_path: Path) -> None:
         load_node_config(path)
     assert caught.value.file.endswith("tree.yaml")
     assert caught.value.key_path == "supervisor.strategy"
+
+
+def test_the_gossip_section(tmp_path: Path) -> None:
+    _cookie(tmp_path)
+    config = load_node_config(_write(tmp_path, _minimal("bus: memory://x\n")))
+    assert config.gossip.exchange == "rabbitry" and config.gossip.heartbeat_interval == 2.0
+    body = _minimal(
+        "bus: redis://127.0.0.1:6379/0\ngossip:\n  exchange: ours\n  heartbeat_interval: 500ms\n"
+        "  interval: 2s\n  mingle_timeout: 250ms\n  without_mingle: true\n"
+    )
+    gossip = load_node_config(_write(tmp_path, body)).gossip
+    assert (gossip.exchange, gossip.heartbeat_interval, gossip.interval) == ("ours", 0.5, 2.0)
+    assert gossip.mingle_timeout == 0.25 and gossip.without_mingle and not gossip.without_gossip
+
+
+@pytest.mark.parametrize(
+    ("extra", "key_path", "fragment"),
+    [
+        ("gossip:\n  interval: 2s\n", "gossip", "bus"),
+        ("bus: memory://x\ngossip: 3\n", "gossip", "a mapping"),
+        ("bus: memory://x\ngossip:\n  intervall: 2s\n", "gossip.intervall", "interval"),
+        (
+            "bus: memory://x\ngossip:\n  without_gossip: yes please\n",
+            "gossip.without_gossip",
+            "true or false",
+        ),
+        ("bus: memory://x\ngossip:\n  interval: 0s\n", "gossip.interval", ""),
+    ],
+)
+def test_gossip_mistakes(tmp_path: Path, extra: str, key_path: str, fragment: str) -> None:
+    _cookie(tmp_path)
+    with pytest.raises(NodeConfigError) as caught:
+        load_node_config(_write(tmp_path, _minimal(extra)))
+    assert caught.value.key_path == key_path
+    assert fragment in str(caught.value)
