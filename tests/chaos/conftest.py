@@ -15,8 +15,6 @@ from rabbitry.testing.cluster import Cluster
 from rabbitry.testing.history import History, check, collect
 from rabbitry.testing.workload import STOP_FILE, WORKLOAD_TREE
 
-pytest_plugins = ["rabbitry.testing.plugin"]
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
