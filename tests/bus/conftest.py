@@ -7,7 +7,6 @@ import contextlib
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 
 from monitors.bus import Bus, BusMessage, connect_bus
 from tests.services import require_amqp, require_redis
+from tests.waiting import wait_until
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -26,14 +26,7 @@ BACKENDS = [
 
 def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
     """Poll `condition` until truthy (returned) or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
+    return wait_until(condition, what, timeout, poll=0.01)
 
 
 class Inbox:

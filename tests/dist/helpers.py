@@ -12,21 +12,9 @@ from typing import Any
 
 from monitors.dist import Message, NetKernel
 from supervisors import Process
+from tests.waiting import TIMEOUT, wait_until  # noqa: F401 - wait_until is re-exported
 
-TIMEOUT = 10.0
 COOKIE = b"test-cookie"
-
-
-def wait_until(predicate: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
-    """Poll `predicate` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)
 
 
 def mesh(*kernels: NetKernel) -> None:

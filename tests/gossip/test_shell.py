@@ -16,19 +16,9 @@ from monitors.bus import connect_bus
 from monitors.gossip.shell import ElectionError, Gossip, Mingle, elect, wait_mingled
 from supervisors import exit
 from tests.services import require_amqp, require_redis
+from tests.waiting import wait_until
 
 FAST = {"heartbeat_interval": 0.2, "interval": 0.3, "mingle_timeout": 1.0}
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -79,13 +69,13 @@ def test_nodes_see_each_other_and_one_wins_each_election(gossips, url: str) -> N
     refs = [gossips(url, f"n{i}@h") for i in range(3)]
     for i, ref in enumerate(refs):
         others = sorted(f"n{j}@h" for j in range(3) if j != i)
-        wait_until(lambda r=ref, o=others: alive(r) == o, 15, f"n{i} to see {others}")
+        wait_until(lambda r=ref, o=others: alive(r) == o, f"n{i} to see {others}", 15)
     ran: list[tuple[str, Any]] = []
     for i, ref in enumerate(refs):
         ref.proxy().register_election_handler("job", lambda a, i=i: ran.append((f"n{i}@h", a)))
     winners = {elect(ref, "e1", "job", "go", timeout=10) for ref in refs}
     assert len(winners) == 1  # every caller learns the same winner
-    wait_until(lambda: ran, 5, "the winner to run the handler")
+    wait_until(lambda: ran, "the winner to run the handler", 5)
     time.sleep(0.3)  # a second run would show up by now
     assert ran == [(winners.pop(), "go")]
 
@@ -93,9 +83,9 @@ def test_nodes_see_each_other_and_one_wins_each_election(gossips, url: str) -> N
 def test_revoke_reaches_everyone_and_a_late_node_mingles_it(gossips, url: str) -> None:
     a = gossips(url, "a@h")
     b = gossips(url, "b@h")
-    wait_until(lambda: alive(a) == ["b@h"], 15, "a to see b")
+    wait_until(lambda: alive(a) == ["b@h"], "a to see b", 15)
     a.proxy().revoke(["t1", "t2"]).get(timeout=5)
-    wait_until(lambda: b.proxy().is_revoked("t2").get(timeout=5), 10, "b to learn t2")
+    wait_until(lambda: b.proxy().is_revoked("t2").get(timeout=5), "b to learn t2", 10)
     late = gossips(url, "c@h", cls=Mingle)
     assert wait_mingled(late, 5)
     assert late.proxy().is_revoked("t1").get(timeout=5)
@@ -113,20 +103,20 @@ def test_a_stopped_node_leaves_and_a_killed_one_is_lost(gossips, url: str) -> No
     )
     b = gossips(url, "b@h")
     c = gossips(url, "c@h")
-    wait_until(lambda: alive(a) == ["b@h", "c@h"], 15, "a to see b and c")
+    wait_until(lambda: alive(a) == ["b@h", "c@h"], "a to see b and c", 15)
     b.stop()  # says worker-offline
-    wait_until(lambda: ("leave", "b@h") in events, 10, "b to leave")
+    wait_until(lambda: ("leave", "b@h") in events, "b to leave", 10)
     exit(c, "kill")  # says nothing: lost after missed heartbeats
-    wait_until(lambda: ("lost", "c@h") in events, 10, "c to be lost")
+    wait_until(lambda: ("lost", "c@h") in events, "c to be lost", 10)
     assert alive(a) == []
 
 
 def test_a_paused_node_never_wins(gossips) -> None:
     url = _url("memory")
     refs = [gossips(url, f"n{i}@h") for i in range(3)]
-    wait_until(lambda: alive(refs[0]) == ["n1@h", "n2@h"], 15, "n0 to see the others")
+    wait_until(lambda: alive(refs[0]) == ["n1@h", "n2@h"], "n0 to see the others", 15)
     for ref in refs:
-        wait_until(lambda r=ref: len(alive(r)) == 2, 15, "everyone to see everyone")
+        wait_until(lambda r=ref: len(alive(r)) == 2, "everyone to see everyone", 15)
     # n0 would win ties on name; pause it as its node monitor would
     from monitors.node_monitor.shell import NodeEvent
 
@@ -152,11 +142,11 @@ def test_a_broker_down_at_start_is_waited_for(redis_servers) -> None:
         assert ref.proxy().status().get(timeout=5)["connected"] is False
         server.start()
         wait_until(
-            lambda: ref.proxy().status().get(timeout=5)["connected"], 20, "the bus to reconnect"
+            lambda: ref.proxy().status().get(timeout=5)["connected"], "the bus to reconnect", 20
         )
         with connect_bus(url, "probe@h", exchange="g-down") as probe:
             seen: list[str] = []
             probe.subscribe("worker.heartbeat", lambda m: seen.append(m.sender))
-            wait_until(lambda: "a@h" in seen, 10, "a heartbeat after the reconnect")
+            wait_until(lambda: "a@h" in seen, "a heartbeat after the reconnect", 10)
     finally:
         ref.stop()

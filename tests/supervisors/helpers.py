@@ -17,7 +17,6 @@ deadline, and the deadline only proves that nothing hung.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,23 +33,10 @@ from supervisors import (
     exit,
     exit_reason,
 )
+from tests.waiting import wait_until
 
 TIMEOUT = 10.0  # seconds; only ever reached when something hung
 BLOCK_LIMIT = 30.0  # a blocked handler gives up after this, so no thread lives forever
-
-
-def wait_until(
-    predicate: Callable[[], Any], what: str = "condition", timeout: float = TIMEOUT
-) -> Any:
-    """Poll `predicate` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.002)
 
 
 def wait_dead(ref: ActorRef[Any], timeout: float = TIMEOUT) -> Any:
