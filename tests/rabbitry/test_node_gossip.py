@@ -63,46 +63,17 @@ def test_cluster_status_prints_the_gossip(cluster) -> None:
     client = _client(c, "a")
     c.wait_for(lambda: client.gossip()["alive"] == [B], 20, "a to see b")
     control = json.loads(c.config_file("a").read_text())["control"]
-    cookie = c.root / "cookie"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rabbitry",
-            "cluster",
-            "status",
-            "--control",
-            control,
-            "--cookie-file",
-            str(cookie),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
+    args = ["cluster", "status", "--control", control, "--cookie-file", str(c.root / "cookie")]
+    out = _rabbitry(*args)
     assert "alive workers  b@127.0.0.1" in out and "clock" in out
-    as_json = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rabbitry",
-            "cluster",
-            "status",
-            "--control",
-            control,
-            "--cookie-file",
-            str(cookie),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-    assert sorted(json.loads(as_json)) == sorted(
+    assert sorted(json.loads(_rabbitry(*args, "--json"))) == sorted(
         ["node", "all", "disc", "running", "partitions", "paused", "alarms"]
     )
+
+
+def _rabbitry(*args: str) -> str:
+    command = [sys.executable, "-m", "rabbitry", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout
 
 
 def test_a_node_without_a_bus_says_so(cluster) -> None:
