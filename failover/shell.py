@@ -1,0 +1,533 @@
+"""ConfigurationServer (RCS) and ConfigurationClient (RCC): actor shells around the cores.
+
+The cores decide (server_core.py, client_core.py); these Processes do the I/O:
+
+- the bus: every message of the failover system (`failover.<system>.#`) is told to the
+  process and fed to the core; `Publish`/`Direct` go out on the bus; bus state changes become
+  `bus_down`/`bus_up`;
+- Redis: `QueryRedis`, `Promote` and `MakeReplica` run on a small thread pool (a Redis call
+  blocks, and the process must keep answering) with short timeouts, and their answers are
+  told back as events, matched by request id;
+- files: `WriteMasterFile`/`ReadMasterFile` (the RCC's master file, what FailoverRedis on this
+  host reads) and `SetMaster` (the RCS's own record) through RedisMasterFile, atomically, in
+  order with the other effects;
+- `Notify`: a warning in the log (the core publishes the system_notification itself).
+
+The RCS can be one of several candidates: `elector` (a Gossip ref) runs an election among the
+candidates of the system; the winner becomes active with the election's term, and a standby
+re-runs the election when the active one is lost, leaves, or stops answering. Only a node
+whose node monitor is not paused stands (Gossip never lets a paused node win). Without an
+elector, the RCS is active alone, as Beetle's is.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from failover import messages as m
+from failover import redis_ops
+from failover.client_core import ConfigurationClientCore
+from failover.effects import (
+    MakeReplica,
+    Notify,
+    Promote,
+    QueryRedis,
+    ReadMasterFile,
+    ServerInfo,
+    SetMaster,
+    WriteMasterFile,
+)
+from failover.http_status import StatusServer
+from failover.master_file import RedisMasterFile
+from failover.server_core import ConfigurationServerCore
+from monitors.bus import Bus, BusError, BusMessage, connect_bus
+from monitors.core_timers import CoreTimers, Fired
+from monitors.effects import CancelTimer, Log, SetTimer
+from monitors.gossip.effects import Direct, Publish
+from supervisors import Process
+
+__all__ = ["ConfigurationClient", "ConfigurationServer"]
+
+log = logging.getLogger("failover")
+
+REDIS_TIMEOUT = 1.0  # per Redis call from a shell: a dead server must not hold up a round
+
+
+@dataclass(frozen=True)
+class _In:
+    routing_key: str
+    body: Any
+
+
+@dataclass(frozen=True)
+class _BusState:
+    connected: bool
+
+
+@dataclass(frozen=True)
+class _RedisInfo:
+    request_id: int
+    infos: dict[str, ServerInfo | None]
+
+
+@dataclass(frozen=True)
+class _RedisDone:
+    request_id: int
+    ok: bool
+
+
+@dataclass(frozen=True)
+class _Won:
+    """The gossip election for `term` chose this RCS."""
+
+    term: int
+
+
+_ELECTION_CHECK = "election-check"
+
+
+@dataclass(frozen=True)
+class _ElectionOver:
+    pass
+
+
+_FROM_ACTIVE = (m.PING, m.INVALIDATE, m.RECONFIGURE)
+
+
+def _query(servers: Sequence[str]) -> dict[str, ServerInfo | None]:
+    out: dict[str, ServerInfo | None] = {}
+    for server in servers:
+        try:
+            info = redis_ops.replication_info(server, timeout=REDIS_TIMEOUT)
+        except Exception as exc:  # a bad answer counts as unreachable, with a reason
+            log.debug("failover: INFO replication on %s failed: %s", server, exc)
+            info = None
+        out[server] = ServerInfo.from_info(info) if info is not None else None
+    return out
+
+
+class _FailoverShell(Process):
+    """What the RCS and RCC shells share: bus, timers, Redis pool, effects."""
+
+    core: Any
+
+    def __init__(self, bus: str | Bus, system: str, node: str, exchange: str) -> None:
+        super().__init__()
+        self._bus_spec = bus
+        self.system = m.check_system(system)
+        self.node = node
+        self._exchange = exchange
+        self.bus: Bus | None = None
+        self._own_bus = False
+        self._subscription: Any = None
+        self._timers = CoreTimers(self)
+        self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="failover-redis")
+
+    # -- lifecycle
+
+    def _connect(self) -> None:
+        if isinstance(self._bus_spec, str):
+            self.bus = connect_bus(
+                self._bus_spec, self.node, exchange=self._exchange, connect_timeout=None
+            )
+            self._own_bus = True
+        else:
+            self.bus = self._bus_spec
+        self._subscription = self.bus.subscribe(m.pattern(self.system), self._on_bus_message)
+        self.bus.add_state_listener(self._on_bus_state)
+
+    def _shutdown(self) -> None:
+        self._timers.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                self._subscription.cancel()
+        if self.bus is not None:
+            with contextlib.suppress(Exception):
+                self.bus.remove_state_listener(self._on_bus_state)
+            if self._own_bus:
+                with contextlib.suppress(Exception):
+                    self.bus.close()
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        self._shutdown()
+
+    def on_kill(self) -> None:
+        self._shutdown()
+
+    # -- inputs (bus callbacks run on the bus's threads: they only tell)
+
+    def _on_bus_message(self, message: BusMessage) -> None:
+        with contextlib.suppress(Exception):
+            self.actor_ref.tell(_In(message.routing_key, message.body))
+
+    def _on_bus_state(self, connected: bool) -> None:
+        with contextlib.suppress(Exception):
+            self.actor_ref.tell(_BusState(connected))
+
+    def _tell_quietly(self, message: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.actor_ref.tell(message)
+
+    def on_receive(self, message: Any) -> Any:
+        core = self.core
+        if core is None:
+            return super().on_receive(message)
+        now = time.time()
+        if isinstance(message, _In):
+            body = message.body
+            if (
+                isinstance(body, dict)
+                and body.get("type") in _FROM_ACTIVE
+                and body.get("sender") != getattr(self, "_server_id", None)
+            ):
+                self._last_active_heard = now  # an active RCS (another one) is alive
+            self._perform(core.receive(message.routing_key, body, now))
+        elif isinstance(message, Fired):
+            if self._timers.fired(message):
+                self._perform(core.timer(message.key, now, message.data))
+        elif isinstance(message, _RedisInfo):
+            self._perform(core.redis_info(message.request_id, message.infos, now))
+        elif isinstance(message, _RedisDone):
+            self._perform(core.redis_done(message.request_id, message.ok, now))
+        elif isinstance(message, _BusState):
+            self._perform(core.bus_up(now) if message.connected else core.bus_down(now))
+        else:
+            return self._other(message, now)
+        return None
+
+    def _other(self, message: Any, now: float) -> Any:
+        return super().on_receive(message)
+
+    # -- effects
+
+    def _perform(self, effects: Iterable[Any]) -> None:
+        for effect in effects:
+            try:
+                self._perform_one(effect)
+            except Exception:  # one failed effect must not stop the ones after it
+                log.exception("failover %s: performing %r failed", self.system, effect)
+
+    def _perform_one(self, effect: Any) -> None:
+        kind = type(effect)
+        if kind is Publish or kind is Direct:
+            assert self.bus is not None
+            try:
+                if kind is Publish:
+                    self.bus.publish(effect.routing_key, effect.body)
+                else:
+                    self.bus.send(effect.node, effect.routing_key, effect.body)
+            except BusError as exc:  # the protocol's timeouts and periodic resends cover it
+                log.info("failover %s: bus send failed: %s", self.system, exc)
+        elif kind is SetTimer:
+            self._timers.set(effect.key, effect.after, effect.data)
+        elif kind is CancelTimer:
+            self._timers.cancel(effect.key)
+        elif kind is Log:
+            log.log(effect.level, "%s", effect.text, extra={"fields": effect.fields})
+        elif kind is Notify:
+            log.warning("failover %s: %s", self.system, effect.text)
+            self._notified(effect.text)
+        elif kind is QueryRedis:
+            self._submit(lambda: _RedisInfo(effect.request_id, _query(effect.servers)))
+        elif kind is Promote:
+            self._submit(
+                lambda: self._redis_call(effect.request_id, redis_ops.promote, effect.server)
+            )
+        elif kind is MakeReplica:
+            self._submit(
+                lambda: self._redis_call(
+                    effect.request_id, redis_ops.make_replica, effect.server, effect.master
+                )
+            )
+        else:
+            self._perform_file(effect)
+
+    def _perform_file(self, effect: Any) -> None:
+        log.error("failover %s: unknown effect %r dropped", self.system, effect)
+
+    def _notified(self, text: str) -> None:
+        pass
+
+    def _submit(self, job: Any) -> None:
+        def run() -> None:
+            try:
+                answer = job()
+            except Exception:
+                log.exception("failover %s: a Redis job failed", self.system)
+                return
+            self._tell_quietly(answer)
+
+        self._pool.submit(run)
+
+    def _redis_call(self, request_id: int, fn: Any, *args: Any) -> _RedisDone:
+        try:
+            fn(*args)
+        except Exception as exc:
+            log.warning("failover %s: %s%s failed: %s", self.system, fn.__name__, args, exc)
+            return _RedisDone(request_id, False)
+        return _RedisDone(request_id, True)
+
+
+class ConfigurationServer(_FailoverShell):
+    """The RCS of one failover system (Beetle's RedisConfigurationServer), supervised.
+
+    `master_file`: the RCS's own record of the master, to start from after a restart.
+    `http`: "host:port" of the status page (Beetle's, port 0 for any); None for none.
+    `elector`: a Gossip ref to elect the active RCS among several candidates; None: active.
+    Other keyword options go to ConfigurationServerCore (master_retries, master_retry_interval,
+    client_timeout, ...).
+    """
+
+    def __init__(
+        self,
+        bus: str | Bus,
+        system: str,
+        redis_servers: Sequence[str],
+        client_ids: Iterable[str],
+        *,
+        node: str | None = None,
+        master_file: str | Path | None = None,
+        http: str | None = None,
+        elector: Any = None,
+        monitor: Any = None,
+        takeover_after: float | None = None,
+        exchange: str = "rabbitry",
+        **core_options: Any,
+    ) -> None:
+        server_id = core_options.pop("server_id", None) or (node or f"rcs-{system}")
+        super().__init__(bus, system, node or server_id, exchange)
+        self._servers = list(redis_servers)
+        self._client_ids = list(client_ids)
+        self._server_id = server_id
+        self._file = RedisMasterFile(master_file, system) if master_file else None
+        self._http_spec = http
+        self._http: StatusServer | None = None
+        self._elector = elector
+        self._monitor = monitor
+        # a standby stands for election when no active RCS has spoken for this long (the
+        # active one re-sends reconfigure every reconfigure_interval)
+        self._takeover_after = takeover_after or 3 * float(
+            core_options.get("reconfigure_interval", 10.0)
+        )
+        self._last_active_heard = time.time()
+        self._electing = False
+        self._paused = False
+        self._core_options = core_options
+        self.notifications: list[tuple[float, str]] = []
+        self.core: ConfigurationServerCore | None = None
+        # constructing the core checks the configuration (fewer than 2 servers, ...) now, in
+        # the caller's thread, so that a bad config fails `start()` with its message
+        ConfigurationServerCore(system, self._servers, self._client_ids, **core_options)
+
+    def on_start(self) -> None:
+        master = self._file.read() if self._file is not None else None
+        self.core = ConfigurationServerCore(
+            self.system,
+            self._servers,
+            self._client_ids,
+            server_id=self._server_id,
+            master=master,
+            active=self._elector is None,
+            **self._core_options,
+        )
+        self._connect()
+        if self._http_spec:
+            host, _, port_text = self._http_spec.rpartition(":")
+            if not port_text.isdigit():
+                raise ValueError(f"http: expected host:port, got {self._http_spec!r}")
+            host, port = host.strip("[]") or "127.0.0.1", int(port_text)  # port 0: any
+            self._http = StatusServer(host, port, self._status_from_http, self._switch_from_http)
+            self._http.start()
+            log.info("failover %s: status page on http://%s:%d/", self.system, *self._http.address)
+        self._perform(self.core.start(time.time()))
+        if self._monitor is not None:
+            monitor = self._monitor.proxy()
+            monitor.subscribe(self.actor_ref).get(timeout=10)
+            self._paused = bool(monitor.is_paused().get(timeout=10))
+        if self._elector is not None:
+            topic = self._topic
+            ref = self.actor_ref
+            self._elector.proxy().register_election_handler(
+                topic, lambda action: ref.tell(_Won(int(action["term"])))
+            ).get(timeout=10)
+            self.send_after(0.0, _ELECTION_CHECK)
+
+    @property
+    def _topic(self) -> str:
+        return f"rcs.{self.system}"
+
+    def on_stop(self) -> None:
+        if self.core is not None:
+            with contextlib.suppress(Exception):
+                self._perform(self.core.stop(time.time()))
+        if self._http is not None:
+            self._http.close()
+        if self._monitor is not None:
+            with contextlib.suppress(Exception):
+                self._monitor.proxy().unsubscribe(self.actor_ref)
+        self._shutdown()
+
+    # -- elections among RCS candidates (with an elector)
+
+    def _other(self, message: Any, now: float) -> Any:
+        core = self.core
+        assert core is not None
+        if isinstance(message, _ElectionOver):
+            self._electing = False
+        elif message == _ELECTION_CHECK:
+            self._maybe_stand(now)
+            self.send_after(1.0, _ELECTION_CHECK)
+        elif isinstance(message, _Won):
+            self._electing = False
+            if self._paused:
+                log.warning(
+                    "failover %s: won term %d while paused; not acting", self.system, message.term
+                )
+            elif message.term > core.highest_term or not core.active:
+                log.warning(
+                    "failover %s: this RCS is active now (term %d)", self.system, message.term
+                )
+                self._perform(core.set_active(True, message.term, now))
+        elif type(message).__name__ == "NodeEvent":  # from the node monitor
+            if message.event == "paused":
+                self._paused = True
+                if core.active:
+                    log.warning("failover %s: the node paused (minority): standing by", self.system)
+                    self._perform(core.set_active(False, core.term, now))
+            elif message.event == "resumed":
+                self._paused = False
+        else:
+            return super()._other(message, now)
+        return None
+
+    def _maybe_stand(self, now: float) -> None:
+        core = self.core
+        assert core is not None
+        if core.active or self._paused or self._electing:
+            return
+        if now - self._last_active_heard < self._takeover_after:
+            return
+        term = core.highest_term + 1
+        self._electing = True
+        eid = f"rcs:{self.system}:{term}"
+        elector, ref = self._elector, self.actor_ref
+
+        def run() -> None:
+            from monitors.gossip import ElectionError, elect
+
+            try:
+                winner = elect(elector, eid, self._topic, {"term": term}, timeout=10.0)
+                log.info("failover %s: %s is the active RCS for term %d", self.system, winner, term)
+            except ElectionError as exc:
+                log.warning(
+                    "failover %s: RCS election for term %d failed: %s", self.system, term, exc
+                )
+            with contextlib.suppress(Exception):
+                ref.tell(_ElectionOver())
+
+        self._last_active_heard = now  # give the winner time to speak before standing again
+        threading.Thread(target=run, name=f"rcs-election-{term}", daemon=True).start()
+
+    # -- the API (through the actor)
+
+    def status(self) -> dict[str, Any]:
+        assert self.core is not None
+        status = dict(self.core.status(time.time()))
+        status["notifications"] = [text for _, text in self.notifications[-20:]]
+        return status
+
+    def initiate_master_switch(self, master_down: bool = False) -> bool:
+        """Beetle's accelerated switch: True if a switch started (the master is down).
+        `master_down`: a live check (see `check_and_switch`) just found it down."""
+        assert self.core is not None
+        started, effects = self.core.initiate_master_switch(time.time(), master_down)
+        self._perform(effects)
+        return started
+
+    def set_active(self, active: bool, term: int) -> None:
+        """Made active (with the election's term) or deposed; see the module docstring."""
+        assert self.core is not None
+        self._perform(self.core.set_active(active, term, time.time()))
+
+    def http_address(self) -> tuple[str, int] | None:
+        return self._http.address if self._http is not None else None
+
+    # -- http (its own threads: through the actor)
+
+    def _status_from_http(self) -> dict[str, Any]:
+        return self.actor_ref.proxy().status().get(timeout=5)
+
+    def _switch_from_http(self) -> bool:
+        """Check the master now, as Beetle does when asked (on the HTTP thread: a dead server
+        takes up to the Redis timeout), then let the core decide."""
+        master = self._status_from_http().get("redis_master")
+        down = bool(master) and redis_ops.is_master(master) is not True
+        return self.actor_ref.proxy().initiate_master_switch(down).get(timeout=5)
+
+    # -- effects
+
+    def _perform_file(self, effect: Any) -> None:
+        if type(effect) is SetMaster:
+            if self._file is not None:
+                self._file.write(effect.server)
+        else:
+            super()._perform_file(effect)
+
+    def _notified(self, text: str) -> None:
+        self.notifications.append((time.time(), text))
+        del self.notifications[:-100]
+
+
+class ConfigurationClient(_FailoverShell):
+    """The RCC of one failover system on one worker host (Beetle's
+    RedisConfigurationClient): keeps this host's master file, which FailoverRedis reads."""
+
+    def __init__(
+        self,
+        bus: str | Bus,
+        system: str,
+        client_id: str,
+        master_file: str | Path,
+        *,
+        exchange: str = "rabbitry",
+        **core_options: Any,
+    ) -> None:
+        super().__init__(bus, system, client_id, exchange)
+        self.client_id = m.check_id("client id", client_id)
+        self._file = RedisMasterFile(master_file, system)
+        self._core_options = core_options
+        self.core: ConfigurationClientCore | None = None
+        ConfigurationClientCore(system, client_id, **core_options)  # check the options now
+
+    def on_start(self) -> None:
+        self.core = ConfigurationClientCore(self.system, self.client_id, **self._core_options)
+        self._connect()
+        self._perform(self.core.start(time.time()))
+
+    def on_stop(self) -> None:
+        if self.core is not None:
+            with contextlib.suppress(Exception):
+                self._perform(self.core.stop(time.time()))
+        self._shutdown()
+
+    def status(self) -> dict[str, Any]:
+        assert self.core is not None
+        return {**self.core.status(), "master_file": str(self._file.path)}
+
+    def _perform_file(self, effect: Any) -> None:
+        kind = type(effect)
+        if kind is WriteMasterFile:
+            self._file.write(effect.server)
+        elif kind is ReadMasterFile:
+            self._perform(self.core.master_file_read(self._file.read(), time.time()))
+        else:
+            super()._perform_file(effect)
