@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rabbitry.cli_node",
     "rabbitry.cli_cluster",
     "rabbitry.cli_faultproxy",
+    "rabbitry.cli_failover",
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
