@@ -483,8 +483,14 @@ class ConfigurationServer(_FailoverShell):
             super()._perform_file(effect)
 
     def _notified(self, text: str) -> None:
+        """Keep it for the status page, and publish Beetle's system_notification."""
         self.notifications.append((time.time(), text))
         del self.notifications[:-100]
+        if self.bus is not None and self.core is not None:
+            name = "system_notification"
+            body = m.build(self.system, name, self._server_id, self.core.token, message=text)
+            with contextlib.suppress(BusError):
+                self.bus.publish(m.routing_key(self.system, name), body)
 
 
 class ConfigurationClient(_FailoverShell):
