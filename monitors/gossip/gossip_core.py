@@ -108,6 +108,7 @@ class GossipCore:
         expire_window: float = 2.0,
         drift_max: float = HEARTBEAT_DRIFT_MAX,
         resync_backoff: float = 10.0,
+        reconnect_grace: float = 5.0,
         utcoffset: float = 0,
         sw_ver: str = "",
         sw_sys: str = "",
@@ -123,6 +124,9 @@ class GossipCore:
         self.expire_window = expire_window
         self.drift_max = drift_max
         self.resync_backoff = resync_backoff
+        # after a broker outage the peers reconnect over the bus's jittered backoff (up to its
+        # reconnect_max, 5 s): nobody is declared lost before they have had that long
+        self.reconnect_grace = reconnect_grace
         self.sync_chunk = max(1, min(sync_chunk, wire.MAX_IDS))
         self.clock = clock if clock is not None else LamportClock()
         self.revoked = (
@@ -222,7 +226,10 @@ class GossipCore:
                 SetTimer(TIMER_HEARTBEAT, self.heartbeat_interval),
             ]
         out.append(SetTimer(TIMER_PERIODIC, self.interval))
-        out += self._mingle(self.mingle.start(now), now)
+        if self.connected:
+            out += self._mingle(self.mingle.start(now), now)
+        # else: bus_up mingles once the broker is reached; a mingle now would hear nobody
+        # and end "all alone" without having synced anything
         return self._filter(out)
 
     def stop(self, now: float) -> list[GossipEffect]:
@@ -254,7 +261,7 @@ class GossipCore:
             return []
         self.connected = True
         for w in self.workers.values():
-            w.last_seen = max(w.last_seen, now)
+            w.last_seen = max(w.last_seen, now + self.reconnect_grace)
             w.mismatches = 0
         out: list[GossipEffect] = [Log.info("gossip: bus reconnected")]
         if not self.started:

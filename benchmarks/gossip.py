@@ -1,0 +1,515 @@
+"""Gossip benchmarks: mingle, elections and steady-state bus load, against Celery in the same run.
+
+1. mingle: a node joining 2, 10 and 50 running peers (Redis and RabbitMQ). Two figures per
+   case, medians of several joins: "start" is `Gossip.start(url)` until `wait_mingled` returns
+   (it includes connecting the node's own bus), "mingle" is the same with a bus that is
+   already connected (the sync alone). Goal: mingle <= 50 ms with 10 peers. The peers
+   heartbeat every 5 s (see PEER_HEARTBEAT); a join that ends by the 1 s timeout instead of
+   hearing from every peer is counted and shown.
+   Baseline: Celery's mingle, `app.control.inspect(timeout=1.0).hello(hostname, revoked)`
+   (celery/worker/consumer/mingle.py), timed against 2 real Celery workers on the same Redis.
+   It always waits its full second, so the ratio shows what the early finish buys.
+2. election latency with 3 and 10 nodes on Redis: `elect(...)` from one node until it returns
+   the winner (median), and with every node asking the same id at once (one winner, checked).
+   Goal: <= 50 ms.
+3. steady state at the default heartbeat interval (2 s): broker messages published and
+   received per node per second with 3 and 10 nodes (both groups run at once, on separate
+   exchanges), counted by a probe subscriber and by `bus.stats()`. Reference: Celery's Heart
+   sends one worker-heartbeat per interval (0.5/s), so a node should publish ~0.5/s whatever N
+   is, and receive ~0.5 x N/s (every heartbeat reaches every node, as in Celery).
+
+All nodes run in this process (one GIL for all: with 50 nodes the figures include the other
+49 nodes' work on every message). Logs go to a temp file (printed).
+
+Usage: python benchmarks/gossip.py [--quick] [--parts mingle,celery,election,load]
+           [--redis URL] [--amqp URL] [--peers 2,10,50] [--backends redis,amqp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from monitors.bus import Bus, BusMessage, connect_bus
+from monitors.gossip import ElectionError, Gossip, elect, wait_mingled
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+GOAL_MS = 50.0
+CELERY_REFERENCE_S = 1.01  # Celery 5.7's hello inspect measured earlier on this machine
+DEFAULT_HEARTBEAT = 2.0  # the default interval: the steady-state figures are measured at it
+# Mingle peers beat slower: 50 nodes in ONE process at 2 s cost 0.6 (Redis) to 0.8 (RabbitMQ) of
+# a core in bus threads alone, and that lag (plus the AMQP event-queue TTL, which is the
+# heartbeat interval) made peers lose each other before any joiner came. One process per node,
+# as deployed, has no such cost. The mingle itself does not depend on the heartbeat.
+PEER_HEARTBEAT = 5.0
+
+
+@dataclass
+class Summary:
+    """Rows for the table printed at the end."""
+
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, what: str, value: str, versus: str) -> None:
+        self.rows.append((what, value, versus))
+
+    def print(self) -> None:
+        if not self.rows:
+            return
+        widths = [max(len(r[i]) for r in [*self.rows, ("figure", "value", "vs")]) for i in (0, 1)]
+        print("\nsummary")
+        print(f"  {'figure':<{widths[0]}}  {'value':>{widths[1]}}  vs baseline / goal")
+        for what, value, versus in self.rows:
+            print(f"  {what:<{widths[0]}}  {value:>{widths[1]}}  {versus}")
+
+
+def reachable(url: str) -> str | None:
+    """None if something answers on the URL's host and port, else why not."""
+    parts = urlsplit(url)
+    port = parts.port or (6379 if parts.scheme == "redis" else 5672)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=1).close()
+    except OSError as exc:
+        return f"cannot connect to {parts.hostname}:{port}: {exc}"
+    return None
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll until `predicate()` is truthy; raise after `timeout` s (a benchmark must not hang)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def alive(ref: Any) -> list[str]:
+    return ref.proxy().alive_workers().get(timeout=10)
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+@contextlib.contextmanager
+def cluster(url: str, n: int, prefix: str, **options: Any) -> Iterator[tuple[str, list[Any]]]:
+    """`n` Gossip nodes on a fresh exchange, formed (everyone sees everyone, mingle over);
+    stopped on exit. Yields (exchange, refs)."""
+    exchange = f"bench-{uuid.uuid4().hex[:8]}"
+    refs: list[Any] = []
+    try:
+        for i in range(n):
+            refs.append(Gossip.start(url, f"{prefix}{i}@bench", exchange=exchange, **options))
+        for ref in refs:
+            wait_for(lambda r=ref: len(alive(r)) == n - 1, 60, f"{n} nodes to see each other")
+        for ref in refs:
+            if not wait_mingled(ref, 30):
+                raise TimeoutError("a peer did not finish its start-up mingle")
+            ref.proxy().register_election_handler("bench", lambda action: None).get(timeout=10)
+        yield exchange, refs
+    finally:
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                ref.stop()
+
+
+# ------------------------------------------------------------------------------ 1. mingle
+
+
+@dataclass
+class MingleFigures:
+    start_ms: float
+    mingle_ms: float
+    incomplete: int  # joins that did not end knowing every peer (a timeout, not an early finish)
+
+
+def join_once(url: str, exchange: str, name: str, peers: list[Any], bus: Bus | None) -> float:
+    """Start one node, time it until mingled, check it learnt every peer, stop it and wait until
+    the peers have forgotten it (a departed joiner in their alive view would make the next
+    joiner wait for its reply). Returns seconds, negative if the mingle ended incomplete."""
+    spec: str | Bus = bus if bus is not None else url
+    begin = time.perf_counter()
+    ref = Gossip.start(spec, name, exchange=exchange, heartbeat_interval=PEER_HEARTBEAT)
+    try:
+        if not wait_mingled(ref, 10):
+            raise TimeoutError(f"{name} did not mingle in 10 s")
+        elapsed = time.perf_counter() - begin
+        complete = len(alive(ref)) == len(peers)
+    finally:
+        ref.stop()
+        if bus is not None:
+            bus.close()
+    for peer in peers:
+        wait_for(lambda p=peer: name not in alive(p), 20, f"the peers to see {name} leave")
+    return elapsed if complete else -elapsed
+
+
+def bench_mingle(url: str, n_peers: int, repeats: int) -> MingleFigures:
+    starts: list[float] = []
+    mingles: list[float] = []
+    incomplete = 0
+    with cluster(url, n_peers, "p", heartbeat_interval=PEER_HEARTBEAT) as (exchange, peers):
+        for k in range(repeats):
+            t = join_once(url, exchange, f"join{k}@bench", peers, None)
+            incomplete += t < 0
+            starts.append(abs(t))
+            bus = connect_bus(
+                url, f"mingle{k}@bench", exchange=exchange, heartbeat_interval=PEER_HEARTBEAT
+            )
+            t = join_once(url, exchange, f"mingle{k}@bench", peers, bus)
+            incomplete += t < 0
+            mingles.append(abs(t))
+    return MingleFigures(median_ms(starts), median_ms(mingles), incomplete)
+
+
+# ------------------------------------------------------------------------------ Celery baseline
+
+CELERY_APP = """
+from celery import Celery
+
+app = Celery("benchapp", broker={broker!r})
+app.conf.control_exchange = {exchange!r}  # our own pidbox: no other worker on this broker answers
+app.conf.worker_hijack_root_logger = False
+"""
+
+
+CELERY_WORKER = [sys.executable, "-m", "celery", "-A", "benchapp", "worker", "--pool=solo"]
+CELERY_WORKER += ["--without-heartbeat", "--without-gossip", "--without-mingle"]
+
+
+def bench_celery(broker: str, repeats: int) -> tuple[float | None, str]:
+    """Median seconds of Celery's mingle call with 2 workers up, or (None, why not)."""
+    try:
+        import celery
+    except ImportError as exc:
+        return None, f"celery not importable ({exc}); pip install 'celery>=5.5,<5.8'"
+    tag = uuid.uuid4().hex[:8]
+    workdir = Path(tempfile.mkdtemp(prefix="rabbitry-bench-celery-"))
+    (workdir / "benchapp.py").write_text(
+        textwrap.dedent(CELERY_APP.format(broker=broker, exchange=f"bench{tag}"))
+    )
+    names = [f"w{i}@bench{tag}" for i in (1, 2)]
+    procs: list[subprocess.Popen[bytes]] = []
+    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    sys.path.insert(0, str(workdir))
+    try:
+        for name in names:
+            log = open(workdir / f"{name.split('@')[0]}.log", "wb")  # noqa: SIM115 - the child's
+            procs.append(
+                subprocess.Popen(
+                    [*CELERY_WORKER, "-n", name, "-l", "warning"],
+                    cwd=workdir,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            log.close()
+        import benchapp  # the module generated above
+
+        app = benchapp.app
+
+        def both_answer() -> bool:
+            for proc in procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a celery worker exited with {proc.returncode}")
+            replies = app.control.ping(timeout=0.5) or []
+            return set(names) <= {name for reply in replies for name in reply}
+
+        wait_for(both_answer, 60, "2 celery workers to answer ping")
+        app.control.inspect(timeout=1.0).hello(f"bench@bench{tag}", [])  # warm the connection
+        samples = []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            replies = app.control.inspect(timeout=1.0).hello(f"bench@bench{tag}", []) or {}
+            samples.append(time.perf_counter() - begin)
+            if set(replies) != set(names):
+                return None, f"celery's hello got replies from {sorted(replies)}, not {names}"
+        return statistics.median(samples), f"celery {celery.__version__}, 2 workers, {broker}"
+    except Exception as exc:
+        logs = " | ".join(
+            p.read_text(errors="replace")[-300:].strip() for p in workdir.glob("w*.log")
+        )
+        return None, f"celery could not be run: {exc!r}; worker logs: {logs or '(empty)'}"
+    finally:
+        sys.path.remove(str(workdir))
+        sys.modules.pop("benchapp", None)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+# ------------------------------------------------------------------------------ 2. elections
+
+
+def bench_election(url: str, n: int, samples: int) -> tuple[float, float]:
+    """(median ms of one node asking, median ms of every node asking the same id at once)."""
+    one: list[float] = []
+    everyone: list[float] = []
+    with cluster(url, n, "e", heartbeat_interval=1.0) as (_, refs):
+        for k in range(samples):
+            begin = time.perf_counter()
+            elect(refs[k % n], f"one-{k}", "bench", None, timeout=10)
+            one.append(time.perf_counter() - begin)
+        for k in range(max(3, samples // 3)):
+            everyone.append(everyone_asks(refs, f"all-{k}"))
+    return median_ms(one), median_ms(everyone)
+
+
+def everyone_asks(refs: list[Any], eid: str) -> float:
+    """Every node asks election `eid` at once; seconds until all have the (one) winner."""
+    winners: list[str] = []
+    errors: list[Exception] = []
+
+    def ask(ref: Any) -> None:
+        try:
+            winners.append(elect(ref, eid, "bench", None, timeout=10))
+        except ElectionError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(ref,)) for ref in refs]
+    begin = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    elapsed = time.perf_counter() - begin
+    if errors or len(set(winners)) != 1 or len(winners) != len(refs):
+        raise RuntimeError(f"election {eid}: winners {Counter(winners)}, errors {errors}")
+    return elapsed
+
+
+# ------------------------------------------------------------------------------ 3. load
+
+
+@dataclass
+class Load:
+    n: int
+    published: float  # per node per second, from the probe
+    published_stats: float  # per node per second, from bus.stats() (published + sent)
+    received: float  # per node per second, from bus.stats()
+    kinds: Counter[str]
+
+
+class Tally:
+    """What a probe subscriber saw: messages by sender and by routing key."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.senders: Counter[str] = Counter()
+        self.kinds: Counter[str] = Counter()
+
+    def count(self, message: BusMessage) -> None:
+        with self.lock:
+            self.senders[message.sender] += 1
+            self.kinds[message.routing_key] += 1
+
+    def reset(self) -> None:
+        with self.lock:
+            self.senders.clear()
+            self.kinds.clear()
+
+
+def bench_load(url: str, sizes: list[int], window: float) -> list[Load]:
+    """Every size runs at once on its own exchange; one probe per exchange counts by sender."""
+    with contextlib.ExitStack() as stack:
+        groups = []
+        for n in sizes:
+            exchange, refs = stack.enter_context(cluster(url, n, f"l{n}-"))
+            tally = Tally()
+            probe = stack.enter_context(connect_bus(url, f"probe{n}@bench", exchange=exchange))
+            probe.subscribe("#", tally.count)
+            groups.append((n, refs, tally))
+        time.sleep(DEFAULT_HEARTBEAT)  # let the start-up traffic (online, mingle) pass
+        before = {}
+        for n, refs, tally in groups:
+            tally.reset()
+            before[n] = [ref.proxy().bus.get(timeout=10).stats() for ref in refs]
+        begin = time.perf_counter()
+        time.sleep(window)  # the measurement window: steady state is what we measure
+        elapsed = time.perf_counter() - begin
+        results = []
+        for n, refs, tally in groups:
+            after = [ref.proxy().bus.get(timeout=10).stats() for ref in refs]
+            with tally.lock:
+                published = sum(tally.senders.values()) / n / elapsed
+                kinds_now = Counter(tally.kinds)
+            out = sum(
+                a["published"] + a["sent"] - b["published"] - b["sent"]
+                for a, b in zip(after, before[n], strict=True)
+            )
+            received = sum(
+                a["received"] - b["received"] for a, b in zip(after, before[n], strict=True)
+            )
+            results.append(Load(n, published, out / n / elapsed, received / n / elapsed, kinds_now))
+        return results
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def run_mingle(args: argparse.Namespace, summary: Summary, celery_s: float, label: str) -> None:
+    backends = [("redis", args.redis), ("amqp", args.amqp)]
+    for name, url in [b for b in backends if b[0] in args.backends]:
+        problem = reachable(url)
+        if problem:
+            print(f"mingle on {name}: skipped ({problem})")
+            continue
+        for n in args.peers:
+            f = bench_mingle(url, n, args.repeats)
+            note = f"  [{f.incomplete} joins ended by the timeout]" if f.incomplete else ""
+            print(
+                f"mingle on {name}, {n} peers: start {f.start_ms:.1f} ms (incl. bus connect), "
+                f"mingle {f.mingle_ms:.1f} ms  [median of {args.repeats}]{note}"
+            )
+            print(
+                f"  ratio mingle/celery = {f.mingle_ms / 1000 / celery_s:.3f} ({label}); "
+                f"mingle/goal = {f.mingle_ms / GOAL_MS:.2f} (goal <= {GOAL_MS:.0f} ms"
+                f"{' with 10 peers' if n != 10 else ''})"
+            )
+            summary.add(
+                f"mingle {name} {n} peers (start)", f"{f.start_ms:.1f} ms", "incl. bus connect"
+            )
+            summary.add(
+                f"mingle {name} {n} peers",
+                f"{f.mingle_ms:.1f} ms",
+                f"x{f.mingle_ms / 1000 / celery_s:.3f} of celery; goal {GOAL_MS:.0f} ms",
+            )
+
+
+def run_celery(args: argparse.Namespace, summary: Summary) -> tuple[float, str]:
+    problem = reachable(args.redis)
+    if problem:
+        measured, why = None, f"no Redis for the celery workers ({problem})"
+    else:
+        measured, why = bench_celery(args.redis, args.repeats)
+    if measured is None:
+        print(f"celery mingle baseline: NOT MEASURED in this run: {why}")
+        print(f"  using the reference figure {CELERY_REFERENCE_S:.2f} s (measured earlier)")
+        summary.add("celery mingle (hello)", f"{CELERY_REFERENCE_S * 1000:.0f} ms", "reference")
+        return CELERY_REFERENCE_S, "vs celery reference, not measured in this run"
+    print(f"celery mingle baseline: inspect(timeout=1.0).hello: {measured * 1000:.1f} ms")
+    print(f"  [{why}; median of {args.repeats}]")
+    summary.add("celery mingle (hello)", f"{measured * 1000:.1f} ms", "baseline, this run")
+    return measured, "vs celery measured in this run"
+
+
+def run_election(args: argparse.Namespace, summary: Summary) -> None:
+    problem = reachable(args.redis)
+    if problem:
+        print(f"elections: skipped ({problem})")
+        return
+    for n in (3, 10):
+        one, everyone = bench_election(args.redis, n, args.samples)
+        print(
+            f"election on redis, {n} nodes: one asks {one:.1f} ms, all {n} ask at once "
+            f"{everyone:.1f} ms  [median]"
+        )
+        print(f"  ratio one/goal = {one / GOAL_MS:.2f} (goal <= {GOAL_MS:.0f} ms)")
+        summary.add(f"election redis {n} nodes", f"{one:.1f} ms", f"goal {GOAL_MS:.0f} ms")
+        summary.add(f"election redis {n} nodes, all ask", f"{everyone:.1f} ms", "one winner")
+
+
+def run_load(args: argparse.Namespace, summary: Summary) -> None:
+    problem = reachable(args.redis)
+    if problem:
+        print(f"steady-state load: skipped ({problem})")
+        return
+    celery_rate = 1 / DEFAULT_HEARTBEAT
+    for load in bench_load(args.redis, [3, 10], args.window):
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(load.kinds.items()))
+        print(
+            f"steady state on redis, {load.n} nodes, heartbeat {DEFAULT_HEARTBEAT:g} s: per node "
+            f"{load.published:.2f} msg/s published (probe; stats {load.published_stats:.2f}), "
+            f"{load.received:.2f} msg/s received  [{args.window:g} s window: {kinds}]"
+        )
+        print(
+            f"  ratio published/celery heart = {load.published / celery_rate:.2f} "
+            f"(celery: one heartbeat per {DEFAULT_HEARTBEAT:g} s = {celery_rate:.2f}/s, by design, "
+            f"not measured); received/(N x 0.5) = {load.received / (load.n * celery_rate):.2f}"
+        )
+        summary.add(
+            f"published/node/s, {load.n} nodes",
+            f"{load.published:.2f}",
+            f"celery heart {celery_rate:.2f}",
+        )
+        summary.add(
+            f"received/node/s, {load.n} nodes",
+            f"{load.received:.2f}",
+            f"N x {celery_rate:.2f} = {load.n * celery_rate:.2f}",
+        )
+
+
+PARTS = ("mingle", "celery", "election", "load")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}"
+    )
+    parser.add_argument("--redis", default=REDIS_URL)
+    parser.add_argument("--amqp", default=AMQP_URL)
+    parser.add_argument("--peers", default="2,10,50", help="peer counts for the mingle figures")
+    parser.add_argument("--backends", default="redis,amqp", help="brokers for the mingle figures")
+    args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if parts - set(PARTS):
+        parser.error(f"unknown parts {sorted(parts - set(PARTS))}; known: {', '.join(PARTS)}")
+    args.peers = [int(p) for p in args.peers.split(",")]
+    args.backends = {b.strip() for b in args.backends.split(",")}
+    args.repeats = 3 if args.quick else 5
+    args.samples = 6 if args.quick else 15
+    args.window = 6.0 if args.quick else 10.0
+    fd, log_path = tempfile.mkstemp(prefix="rabbitry-bench-gossip-", suffix=".log")
+    os.close(fd)
+    logging.basicConfig(filename=log_path, level=logging.INFO)
+    print(f"python {sys.version.split()[0]}, logging INFO and up to {log_path}")
+    summary = Summary()
+    started = time.perf_counter()
+    celery_s, label = CELERY_REFERENCE_S, "vs celery reference, not measured in this run"
+    if "celery" in parts:
+        celery_s, label = run_celery(args, summary)
+    if "mingle" in parts:
+        run_mingle(args, summary, celery_s, label)
+    if "election" in parts:
+        run_election(args, summary)
+    if "load" in parts:
+        run_load(args, summary)
+    summary.print()
+    print(f"total {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
