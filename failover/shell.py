@@ -102,16 +102,22 @@ class _ElectionOver:
 _FROM_ACTIVE = (m.PING, m.INVALIDATE, m.RECONFIGURE)
 
 
+def _ask(server: str) -> ServerInfo | None:
+    try:
+        info = redis_ops.replication_info(server, timeout=REDIS_TIMEOUT)
+    except Exception as exc:  # a bad answer counts as unreachable, with a reason
+        log.debug("failover: INFO replication on %s failed: %s", server, exc)
+        return None
+    return ServerInfo.from_info(info) if info is not None else None
+
+
 def _query(servers: Sequence[str]) -> dict[str, ServerInfo | None]:
-    out: dict[str, ServerInfo | None] = {}
-    for server in servers:
-        try:
-            info = redis_ops.replication_info(server, timeout=REDIS_TIMEOUT)
-        except Exception as exc:  # a bad answer counts as unreachable, with a reason
-            log.debug("failover: INFO replication on %s failed: %s", server, exc)
-            info = None
-        out[server] = ServerInfo.from_info(info) if info is not None else None
-    return out
+    """Every server at once: hung servers cost one REDIS_TIMEOUT in all, not one each (an
+    RCC's answer to invalidate must beat the RCS's client_timeout)."""
+    if len(servers) == 1:
+        return {servers[0]: _ask(servers[0])}
+    with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
+        return dict(zip(servers, pool.map(_ask, servers), strict=True))
 
 
 class _FailoverShell(Process):
@@ -324,6 +330,18 @@ class ConfigurationServer(_FailoverShell):
         self._core_options = core_options
         self.notifications: list[tuple[float, str]] = []
         self.core: ConfigurationServerCore | None = None
+        client_timeout = float(core_options.get("client_timeout", 2.0))
+        if client_timeout <= REDIS_TIMEOUT + 0.5:
+            # each RCC checks the master (up to REDIS_TIMEOUT on a hung one) before it
+            # answers invalidate: a shorter wait cancels every round against a hung master
+            log.warning(
+                "failover %s: client_timeout %.2f s leaves the clients no time to check a hung "
+                "master (up to %.1f s); use more than %.1f s",
+                system,
+                client_timeout,
+                REDIS_TIMEOUT,
+                REDIS_TIMEOUT + 0.5,
+            )
         # constructing the core checks the configuration (fewer than 2 servers, ...) now, in
         # the caller's thread, so that a bad config fails `start()` with its message
         ConfigurationServerCore(system, self._servers, self._client_ids, **core_options)
