@@ -152,6 +152,38 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
     return options
 
 
+_TYPES: dict[str, type] = {
+    "master_retries": int,
+    "master_retry_interval": float,
+    "client_timeout": float,
+}
+
+
+def _typed(options: dict[str, Any]) -> dict[str, Any]:
+    """Config-file values checked as the command line's are (argparse's type=...)."""
+    for key, kind in _TYPES.items():
+        if key in options:
+            value = options[key]
+            ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+            if isinstance(value, bool) or not ok:
+                raise _Usage(
+                    f"{key}: expected {'an integer' if kind is int else 'a number'}, got {value!r}"
+                )
+    for key in ("bus", "system", "exchange", "client_id", "master_file", "http"):
+        if key in options and not isinstance(options[key], str):
+            raise _Usage(f"{key}: expected a string, got {options[key]!r}")
+    if "bus" in options:
+        from monitors.bus.urls import parse_bus_url
+
+        parse_bus_url(options["bus"])  # ValueError names the URL and the accepted forms
+    http = options.get("http")
+    if http:
+        _host, sep, port = http.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise _Usage(f"--http: expected host:port (port 0 for any), got {http!r}")
+    return options
+
+
 def _list(value: Any, what: str) -> list[str]:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
@@ -180,7 +212,7 @@ def server_start(args: argparse.Namespace) -> int:
     from failover import ConfigurationServer
 
     try:
-        o = _options(args, SERVER_OPTIONS)
+        o = _typed(_options(args, SERVER_OPTIONS))
         if "redis_servers" not in o:
             raise _Usage("--redis-servers is required (host:port,host:port)")
         core = {
@@ -219,7 +251,7 @@ def client_start(args: argparse.Namespace) -> int:
     from failover import ConfigurationClient
 
     try:
-        o = _options(args, CLIENT_OPTIONS)
+        o = _typed(_options(args, CLIENT_OPTIONS))
         for key, flag in (("client_id", "--client-id"), ("master_file", "--master-file")):
             if key not in o:
                 raise _Usage(f"{flag} is required")
