@@ -46,6 +46,11 @@ class ServerInfo:
     master: str | None = None
     offset: int = 0
     link_up: bool = True
+    # Redis's replication ids: a promoted replica keeps its old master's id as `replid2`, so
+    # the RCS can tell a master that continues the old master's data from an empty one
+    # ("" when unknown, as in the simulator)
+    replid: str = ""
+    replid2: str = ""
 
     def __post_init__(self) -> None:
         if self.role == "replica":
@@ -76,11 +81,14 @@ class ServerInfo:
             off = int(offset) if offset is not None else 0
         except (TypeError, ValueError):
             off = 0
+        raw = info.get("raw") if isinstance(info.get("raw"), Mapping) else info
         return ServerInfo(
             role=role,
             master=None if role == "master" else master,
             offset=off,
             link_up=info.get("master_link_status", "up") == "up",
+            replid=str(info.get("master_replid") or raw.get("master_replid") or ""),
+            replid2=str(raw.get("master_replid2") or ""),
         )
 
 

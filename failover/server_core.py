@@ -214,6 +214,8 @@ class ConfigurationServerCore:
         self.retries = 0
         self.infos: dict[str, ServerInfo | None] = {}
         self.last_role: dict[str, str] = {}
+        self.replids: dict[str, str] = {}  # the replication id each server had as a master
+        self.master_offsets: dict[str, int] = {}  # ... and its offset then
         self.retired: set[str] = set()  # masters replaced: never adopted again while masters
         self.announced: str | None = None  # what we announced with reconfigure in this term
         self.heard: tuple[Token, str] | None = None  # the newest reconfigure anyone sent
@@ -408,6 +410,12 @@ class ConfigurationServerCore:
         out: list[FailoverEffect] = [Log.info("RCS: bus reconnected")]
         if self.active and self.phase == WATCHING and self.master_available:
             out += self._announce(now)
+        elif self.active and self.phase == CENSUS and self._round_token is not None:
+            # The census ping went out while the bus was down: always so at start on a real
+            # broker, whose connection the shell makes in the background. Ask again under the
+            # same token (a pong is counted once per client), or the census would only time
+            # out and the master be determined from the servers alone.
+            out.append(self._publish(m.PING, self._round_token))
         return out
 
     # ---- helpers ---------------------------------------------------------------------------------
@@ -453,6 +461,9 @@ class ConfigurationServerCore:
             clean[s] = i if isinstance(i, ServerInfo) else None
             if clean[s] is not None:
                 self.last_role[s] = clean[s].role  # type: ignore[union-attr]
+                if clean[s].is_master and clean[s].replid:  # type: ignore[union-attr]
+                    self.replids[s] = clean[s].replid  # type: ignore[union-attr]
+                    self.master_offsets[s] = clean[s].offset  # type: ignore[union-attr]
                 if not clean[s].is_master:  # type: ignore[union-attr]
                     self.retired.discard(s)  # demoted: a later promotion of it is legitimate
         self.infos = clean
@@ -785,7 +796,11 @@ class ConfigurationServerCore:
         adopt = [
             s
             for s in self.servers
-            if s != old and s not in self.retired and (i := infos[s]) is not None and i.is_master
+            if s != old
+            and s not in self.retired
+            and (i := infos[s]) is not None
+            and i.is_master
+            and self._continues(i, old)
         ]
         if adopt:
             new = self._best(adopt, infos)
@@ -811,6 +826,19 @@ class ConfigurationServerCore:
             return out + self._finish(old, infos, now, available=False)
         # last seen as a replica: announcing it would send the workers' writes to a replica
         return out + self._abort_switch(now, f"'{old}' was last seen as a replica")
+
+    def _continues(self, info: ServerInfo, old: str) -> bool:
+        """Whether a master carries on the old master's data: a replica promoted by an earlier
+        RCS keeps the old replication id as its replid2, and has at least the data the old
+        master had at our last good check. A server that restarted empty (a new id), or from
+        an old RDB of its days as a replica (the old id, but an offset from back then), has
+        not; adopting it would lose the data, and wipe the old master when that one came back
+        as its replica. Without ids (unknown, or the simulator), any master qualifies."""
+        known = self.replids.get(old, "")
+        if not known or not info.replid:
+            return True
+        same_history = known in (info.replid, info.replid2)
+        return same_history and info.offset >= self.master_offsets.get(old, 0)
 
     def _promote(self, server: str, now: float) -> list[FailoverEffect]:
         req = self._next_req()

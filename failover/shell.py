@@ -149,6 +149,14 @@ class _FailoverShell(Process):
             self.bus = self._bus_spec
         self._subscription = self.bus.subscribe(m.pattern(self.system), self._on_bus_message)
         self.bus.add_state_listener(self._on_bus_state)
+        # A bus given as a URL connects in the background (connect_timeout=None), so it is
+        # usually not connected yet. Tell the core it starts disconnected, as the gossip shell
+        # does: what the core sends at start is dropped by the bus, and the bus_up that follows
+        # makes an RCC announce itself again (client_started). Without this, a new RCC with an
+        # empty file waited for the RCS's periodic reconfigure (reconfigure_interval). Checked
+        # after adding the listener: a connection made meanwhile still arrives as a bus_up.
+        if not self.bus.connected and self.core is not None:
+            self._perform(self.core.bus_down(time.time()))
 
     def _shutdown(self) -> None:
         self._timers.clear()
@@ -523,11 +531,15 @@ class ConfigurationClient(_FailoverShell):
         master_file: str | Path,
         *,
         exchange: str = "rabbitry",
+        multi_set: bool = False,
         **core_options: Any,
     ) -> None:
         super().__init__(bus, system, client_id, exchange)
         self.client_id = m.check_id("client id", client_id)
-        self._file = RedisMasterFile(master_file, system)
+        # multi_set: the file is shared by the RCCs of several failover sets on this host and
+        # holds one `system/host:port` line each (Beetle >= 2.3); a plain `host:port` line
+        # would apply to every set
+        self._file = RedisMasterFile(master_file, system, multi_set=multi_set)
         self._core_options = core_options
         self.core: ConfigurationClientCore | None = None
         ConfigurationClientCore(system, client_id, **core_options)  # check the options now

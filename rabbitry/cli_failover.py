@@ -96,6 +96,13 @@ def register(commands: Any) -> None:
     _common(cstart)
     cstart.add_argument("--client-id", help="this client's id, one of the RCS's --client-ids")
     cstart.add_argument("--master-file", help="the master file FailoverRedis reads on this host")
+    cstart.add_argument(
+        "--multi-set",
+        action="store_true",
+        default=None,
+        help="the master file is shared by several failover sets: keep one system/host:port "
+        "line per set",
+    )
     cstart.set_defaults(handler=client_start, help_parser=cstart)
 
     status = sub.add_parser(
@@ -204,7 +211,7 @@ SERVER_OPTIONS = (
     "master_file",
     "http",
 )
-CLIENT_OPTIONS = ("bus", "system", "exchange", "client_id", "master_file")
+CLIENT_OPTIONS = ("bus", "system", "exchange", "client_id", "master_file", "multi_set")
 
 
 def server_start(args: argparse.Namespace) -> int:
@@ -263,7 +270,7 @@ def client_start(args: argparse.Namespace) -> int:
                 o["client_id"],
                 o["master_file"],
             ),
-            {"exchange": o.get("exchange", "rabbitry")},
+            {"exchange": o.get("exchange", "rabbitry"), "multi_set": bool(o.get("multi_set"))},
         )
         ConfigurationClient(*spec[1], **spec[2])
     except (_Usage, ValueError) as exc:

@@ -131,12 +131,19 @@ class Beetle:
         *,
         system: str = "system",
         bus: Bus | None = None,
+        multi_set: bool = False,
     ) -> RedisMasterFile:
         """Start an RCC; returns its master file (as a worker of `system` reads it)."""
         path = path or self.tmp / f"{client_id}.master"
         self.refs.append(
             ConfigurationClient.start(
-                bus or self.bus, system, client_id, path, exchange=self.exchange, **FAST_RCC
+                bus or self.bus,
+                system,
+                client_id,
+                path,
+                exchange=self.exchange,
+                multi_set=multi_set,
+                **FAST_RCC,
             )
         )
         return RedisMasterFile(path, system)
@@ -434,14 +441,6 @@ def test_no_redis_slave_available_to_become_new_master(beetle) -> None:
     assert s.status()["redis_master"] == old.address
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="failover/server_core.py ConfigurationServerCore._switch_info adopts ANY reachable "
-    "master that is not retired ('a master is already there (an earlier switch); adopting "
-    "it'), not only one a previous RCS promoted as docs/failover.md says: a replica restarted "
-    "without its replicaof config (an empty master) is announced as the new master, and the "
-    "old master, once back, is made its replica and loses its data",
-)
 def test_no_redis_slave_available_and_the_replica_comes_back_empty_as_a_master(beetle) -> None:
     """Scenario: No redis slave available to become new master, where the replica comes back
     before the master -- as an empty master, as a Redis server does that was made a replica
@@ -696,7 +695,7 @@ def _two_sets(b: Beetle, *, seed_files: bool) -> TwoSets:
     rcs: dict[str, Any] = {}
     for system in SYSTEMS:
         files[system] = [
-            b.client(h, path, system=system, bus=bus)
+            b.client(h, path, system=system, bus=bus, multi_set=True)
             for h, path, bus in zip(HOSTS, paths, buses, strict=True)
         ]
         rcs[system] = b.server([masters[system], replicas[system]], list(HOSTS), system=system)
@@ -735,16 +734,6 @@ class Readers:
         self._thread.join(10)
 
 
-MULTI_SET_BUG = (
-    "failover/shell.py ConfigurationClient.__init__ builds RedisMasterFile(master_file, system) "
-    "without multi_set=True and offers no way to ask for it, so an RCC writing into a shared "
-    "file that has no system line at the moment (fresh, or every line cleared) writes the "
-    "single-set form 'host:port', which applies to EVERY system: the other set's workers read "
-    "this set's master (and the other RCC's next write replaces it in turn)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=MULTI_SET_BUG)
 def test_multiple_failover_sets_share_one_master_file_per_host(beetle) -> None:
     """Scenario: single switch with multiple failover sets (Beetle >= 2.3.0).
 
@@ -804,7 +793,6 @@ def test_double_switch_with_multiple_failover_sets(beetle) -> None:
         assert path.read_text() == sets.expected_text(sets.replicas["alpha"], sets.replicas["beta"])
 
 
-@pytest.mark.xfail(strict=True, reason=MULTI_SET_BUG)
 def test_multiple_failover_sets_when_every_line_was_cleared(beetle) -> None:
     """Multiple failover sets, files in the multi-set form: beta's master dies and its switch
     cannot complete (the replica refuses REPLICAOF), so beta's clients have removed beta's
