@@ -289,6 +289,9 @@ class ConfigurationServerCore:
         self._expire_unknown(now)
         return {
             "redis_master": self.master or "",
+            # the master's replication offset at our last good check: what a master adopted
+            # after a switch must have reached (writes after this check cannot be vouched for)
+            "redis_master_offset": self.master_offsets.get(self.master or "", 0),
             "redis_master_available": self.master_available,
             "redis_slaves_available": self.slaves_available(),
             "switch_in_progress": self.switch_in_progress,

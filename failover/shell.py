@@ -120,6 +120,27 @@ def _query(servers: Sequence[str]) -> dict[str, ServerInfo | None]:
         return dict(zip(servers, pool.map(_ask, servers), strict=True))
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"rabbitry {version('rabbitry')}"
+    except Exception:  # not installed as a distribution
+        return "rabbitry"
+
+
+def _redacted(bus: Any) -> str:
+    """The bus URL without its password (the status page is unauthenticated)."""
+    if not isinstance(bus, str):
+        return getattr(bus, "url", None) or type(bus).__name__
+    head, sep, rest = bus.partition("://")
+    if sep and "@" in rest:
+        userinfo, _, host = rest.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        return f"{head}://{user}:***@{host}" if ":" in userinfo else bus
+    return bus
+
+
 class _FailoverShell(Process):
     """What the RCS and RCC shells share: bus, timers, Redis pool, effects."""
 
@@ -469,6 +490,9 @@ class ConfigurationServer(_FailoverShell):
         assert self.core is not None
         status = dict(self.core.status(time.time()))
         status["notifications"] = [text for _, text in self.notifications[-20:]]
+        # Beetle's remaining keys: its version (ours) and the brokers (the bus, no password)
+        status.setdefault("beetle_version", _version())
+        status.setdefault("configured_brokers", [_redacted(self._bus_spec)])
         return status
 
     def initiate_master_switch(self, master_down: bool = False) -> bool:

@@ -459,6 +459,12 @@ def test_no_redis_slave_available_and_the_replica_comes_back_empty_as_a_master(b
     durable = s.handler(wait_replicas=1)
     assert durable.set("precious", "1") is True
     durable.close()
+    # The RCS vouches for data up to the master's offset at its last good check (documented);
+    # let it check once after the write, so that this test is about the rule, not the race.
+    written = redis_ops.replication_info(old.address)["master_repl_offset"]
+    wait_until(
+        lambda: s.status()["redis_master_offset"] >= written, "a check after the write", WAIT
+    )
     replica.stop(kill=True)
     old.stop(kill=True)
     no_slave = "no slave available to become new master"

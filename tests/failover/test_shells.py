@@ -164,6 +164,8 @@ def test_the_http_status_page_and_an_accelerated_switch(failover_set) -> None:
     ):
         assert key in status
     assert status["redis_master"] == s.master.address
+    assert status["beetle_version"].startswith("rabbitry")
+    assert status["configured_brokers"] == [s.bus]
     text = urllib.request.urlopen(f"{base}/.txt", timeout=5).read().decode()
     assert f"redis_master: {s.master.address}" in text
     page = urllib.request.urlopen(f"{base}/", timeout=5)
