@@ -13,10 +13,12 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +163,32 @@ def redis_servers(tmp_path: Path) -> Iterator[Callable[..., list[RedisServer]]]:
     for server in started:
         with contextlib.suppress(Exception):
             server.stop(kill=True)
+
+
+@contextlib.contextmanager
+def faultproxy_api() -> Iterator[Any]:
+    """A Toxiproxy API: the one at $TOXIPROXY_URL, else `rabbitry faultproxy` started now
+    (and stopped after the block)."""
+    from rabbitry.testing.cluster import ToxiproxyAPI
+
+    if os.environ.get("TOXIPROXY_URL"):
+        yield ToxiproxyAPI.from_url(os.environ["TOXIPROXY_URL"])
+        return
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rabbitry", "faultproxy", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), f"faultproxy said {line!r}"
+        yield ToxiproxyAPI.from_url(line.split()[1])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -4,8 +4,6 @@ tests never see each other's messages, and clean-up of what a test left on a bro
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,7 +12,7 @@ from typing import Any
 import pytest
 
 from monitors.bus import Bus, BusMessage, connect_bus
-from tests.services import require_amqp, require_redis
+from tests.services import faultproxy_api, require_amqp, require_redis
 from tests.waiting import wait_until
 
 BACKENDS = [
@@ -134,26 +132,8 @@ def make_bus(exchange: str, cleanup: dict[str, Any]) -> Iterator[Callable[..., B
 @pytest.fixture
 def faultproxy() -> Iterator[Any]:
     """`rabbitry faultproxy` as a subprocess; yields a ToxiproxyAPI on it."""
-    from rabbitry.testing.cluster import ToxiproxyAPI
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rabbitry", "faultproxy", "--listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("READY "), f"faultproxy said {line!r}"
-        yield ToxiproxyAPI.from_url(line.split()[1])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with faultproxy_api() as api:
+        yield api
 
 
 def bus_threads(node: str) -> list[str]:

@@ -36,19 +36,12 @@ from failover import (
 from failover import messages as m
 from failover.http_status import BEETLE_KEYS
 from monitors.bus import Bus, connect_bus
+from tests.failover.fast import FAST_RCC, FAST_RCS
 from tests.services import RedisServer, require_amqp, require_redis
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-FAST_RCS = {
-    "master_retries": 2,
-    "master_retry_interval": 0.2,
-    "client_timeout": 2.0,
-    "reconfigure_interval": 1.0,
-    "client_heartbeat_interval": 0.5,
-}
-FAST_RCC = {"heartbeat_interval": 0.5}
 WAIT = 30.0  # seconds; only reached when something hung
 REDIS_ARGS = ("--repl-diskless-sync-delay", "0")  # a replica syncs at once, not after 5 s
 PERSISTENT = (*REDIS_ARGS, "--appendonly", "yes", "--appendfsync", "always")

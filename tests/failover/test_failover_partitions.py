@@ -47,9 +47,6 @@ How the partitions are made (the design choice):
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -65,20 +62,13 @@ from failover.effects import MakeReplica, Promote, QueryRedis, ServerInfo
 from monitors.bus import Bus, connect_bus
 from monitors.gossip.effects import Publish
 from rabbitry.testing.cluster import ToxiproxyAPI
-from tests.services import RedisServer
+from tests.failover.fast import FAST_RCC, FAST_RCS
+from tests.services import RedisServer, faultproxy_api
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
 SYSTEM = "system"
-FAST_RCS = {
-    "master_retries": 2,
-    "master_retry_interval": 0.2,
-    "client_timeout": 2.0,
-    "reconfigure_interval": 1.0,
-    "client_heartbeat_interval": 0.5,
-}
-FAST_RCC = {"heartbeat_interval": 0.5}
 CUT = {"type": "timeout", "attributes": {"timeout": 0}, "toxicity": 1.0}
 
 
@@ -88,27 +78,8 @@ CUT = {"type": "timeout", "attributes": {"timeout": 0}, "toxicity": 1.0}
 @pytest.fixture(scope="module")
 def toxiproxy() -> Iterator[ToxiproxyAPI]:
     """The Toxiproxy at $TOXIPROXY_URL, or `rabbitry faultproxy` started for this module."""
-    if os.environ.get("TOXIPROXY_URL"):
-        yield ToxiproxyAPI.from_url(os.environ["TOXIPROXY_URL"])
-        return
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rabbitry", "faultproxy", "--listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("READY "), f"faultproxy said {line!r}"
-        yield ToxiproxyAPI.from_url(line.split()[1])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with faultproxy_api() as api:
+        yield api
 
 
 class Routes:

@@ -22,18 +22,10 @@ from failover import (
     RedisMasterFile,
     redis_ops,
 )
+from tests.failover.fast import FAST_RCC, FAST_RCS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
-
-FAST_RCS = {
-    "master_retries": 2,
-    "master_retry_interval": 0.2,
-    "client_timeout": 2.0,
-    "reconfigure_interval": 1.0,
-    "client_heartbeat_interval": 0.5,
-}
-FAST_RCC = {"heartbeat_interval": 0.5}
 
 
 @pytest.fixture
