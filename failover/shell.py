@@ -50,7 +50,7 @@ from failover.master_file import RedisMasterFile
 from failover.server_core import ConfigurationServerCore
 from monitors.bus import Bus, BusError, BusMessage, connect_bus
 from monitors.core_timers import CoreTimers, Fired
-from monitors.effects import CancelTimer, Log, SetTimer
+from monitors.effects import CancelTimer, Log, SetTimer, perform_all
 from monitors.gossip.effects import Direct, Publish
 from supervisors import Process
 
@@ -245,11 +245,7 @@ class _FailoverShell(Process):
     # -- effects
 
     def _perform(self, effects: Iterable[Any]) -> None:
-        for effect in effects:
-            try:
-                self._perform_one(effect)
-            except Exception:  # one failed effect must not stop the ones after it
-                log.exception("failover %s: performing %r failed", self.system, effect)
+        perform_all(effects, self._perform_one, log, f"failover {self.system}")
 
     def _perform_one(self, effect: Any) -> None:
         kind = type(effect)

@@ -14,6 +14,7 @@ their core; these are the ones every networked core needs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,3 +84,15 @@ class Log:
 
 
 Effect = Send | SetTimer | CancelTimer | Connect | Disconnect | Log
+
+
+def perform_all(
+    effects: Iterable[Any], perform_one: Callable[[Any], None], logger: logging.Logger, who: str
+) -> None:
+    """Perform `effects` in order with `perform_one`, as every actor shell does: one effect
+    that fails is logged (naming `who`) and does not stop the ones after it."""
+    for effect in effects:
+        try:
+            perform_one(effect)
+        except Exception:
+            logger.exception("%s: performing %r failed", who, effect)

@@ -28,7 +28,7 @@ from typing import Any
 
 from monitors.bus import Bus, BusError, BusMessage, connect_bus
 from monitors.core_timers import CoreTimers, Fired
-from monitors.effects import CancelTimer, Log, SetTimer
+from monitors.effects import CancelTimer, Log, SetTimer, perform_all
 from monitors.gossip import wire
 from monitors.gossip.effects import (
     Direct,
@@ -271,11 +271,7 @@ class Gossip(Process):
     # ---------------------------------------------------------------------- effects
 
     def _perform(self, effects: Iterable[Any]) -> None:
-        for effect in effects:
-            try:
-                self._perform_one(effect)
-            except Exception:  # one failed effect must not stop the ones after it
-                log.exception("gossip %s: performing %r failed", self.node, effect)
+        perform_all(effects, self._perform_one, log, f"gossip {self.node}")
 
     def _perform_one(self, effect: Any) -> None:
         kind = type(effect)

@@ -27,7 +27,7 @@ from typing import Any
 
 from monitors.core_timers import CoreTimers, Fired
 from monitors.dist import Message, NetKernel, NodeDown, NodeUp
-from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
+from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer, perform_all
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
@@ -248,11 +248,7 @@ class NodeMonitor(Process):
     # ---------------------------------------------------------------------- effects
 
     def _perform(self, effects: Iterable[Any]) -> None:
-        for effect in effects:
-            try:
-                self._perform_one(effect)
-            except Exception:  # one failed effect must not stop the ones after it
-                log.exception("node monitor: performing %r failed", effect)
+        perform_all(effects, self._perform_one, log, "node monitor")
 
     def _perform_one(self, effect: Any) -> None:
         kind = type(effect)

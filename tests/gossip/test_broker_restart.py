@@ -30,22 +30,11 @@ import pytest
 from monitors.bus import Bus, BusMessage, connect_bus
 from monitors.gossip.shell import ElectionError, Gossip, elect, wait_mingled
 from tests.services import RedisServer
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 RECONNECT = {"reconnect_initial": 0.05, "reconnect_max": 0.2}
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `predicate` until it is truthy; fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def hold(seconds: float, invariant: Callable[[], None]) -> None:
@@ -123,7 +112,7 @@ class Cluster:
         names = [n.name for n in self.nodes]
         for node in self.nodes:
             others = [m for m in names if m != node.name]
-            wait_until(lambda n=node, o=others: n.status()["alive"] == o, 20, f"{node.name} view")
+            wait_until(lambda n=node, o=others: n.status()["alive"] == o, f"{node.name} view", 20)
         for node in self.nodes:
             assert wait_mingled(node.ref, 10)
 
@@ -163,7 +152,7 @@ def test_a_broker_restart_loses_nobody_and_heartbeats_resume(cluster: Cluster) -
     cluster.server.stop()
     down_at = time.monotonic()
     for node in nodes:
-        wait_until(lambda n=node: n.status()["connected"] is False, 10, f"{node.name} to see it")
+        wait_until(lambda n=node: n.status()["connected"] is False, f"{node.name} to see it", 10)
 
     def nobody_lost() -> None:
         assert [n.lost for n in nodes] == [[], [], []]
@@ -176,9 +165,9 @@ def test_a_broker_restart_loses_nobody_and_heartbeats_resume(cluster: Cluster) -
     cluster.server.start()
     up_at = time.monotonic()
     for node in nodes:
-        wait_until(lambda n=node: n.status()["connected"] is True, 15, f"{node.name} to reconnect")
+        wait_until(lambda n=node: n.status()["connected"] is True, f"{node.name} to reconnect", 15)
         assert node.bus.stats()["reconnects"] >= 1
-    wait_until(lambda: probe.connected, 15, "the probe to reconnect")
+    wait_until(lambda: probe.connected, "the probe to reconnect", 15)
 
     # Heartbeats resume from everyone; waiting for six from each after the restart covers a
     # lost window and many lost checks with everyone back.
@@ -186,7 +175,7 @@ def test_a_broker_restart_loses_nobody_and_heartbeats_resume(cluster: Cluster) -
         after = [sender for sender, at in beats if at > up_at]
         return all(after.count(n.name) >= 6 for n in nodes)
 
-    wait_until(resumed, 15, "six heartbeats from every node after the restart")
+    wait_until(resumed, "six heartbeats from every node after the restart", 15)
     nobody_lost()
     assert [n.joined for n in nodes] == joins_before  # no leave-and-rejoin either
     for node in nodes:
@@ -235,14 +224,14 @@ def test_an_election_in_flight_across_a_broker_restart_still_has_one_winner(
         def acked(by: str, to: str) -> bool:
             return any(s == by and t.startswith(f"{to}.") for s, t in acks)
 
-        wait_until(lambda: acked("a@h", "b@h") and acked("b@h", "a@h"), 10, "a and b to ack")
+        wait_until(lambda: acked("a@h", "b@h") and acked("b@h", "a@h"), "a and b to ack", 10)
         assert outcomes == {}  # both wait for c
         cluster.server.stop()
         for node in (a, b):
-            wait_until(lambda n=node: n.status()["connected"] is False, 10, f"{node.name} down")
+            wait_until(lambda n=node: n.status()["connected"] is False, f"{node.name} down", 10)
     finally:
         gate.set()  # c goes on: it acks both proposals into a dead bus
-    wait_until(lambda: c.status()["connected"] is False, 10, "c to see the outage")
+    wait_until(lambda: c.status()["connected"] is False, "c to see the outage", 10)
     assert not acked("c@h", "a@h") and not acked("c@h", "b@h")
 
     def undecided() -> None:
@@ -263,7 +252,7 @@ def test_an_election_in_flight_across_a_broker_restart_still_has_one_winner(
             outcome = elect(node.ref, "across", "job", "go", timeout=30)
         winners.add(outcome)
     assert len(winners) == 1 and winners <= {"a@h", "b@h"}, (winners, outcomes)
-    wait_until(lambda: cluster.runs, 10, "the winner to run the handler")
+    wait_until(lambda: cluster.runs, "the winner to run the handler", 10)
     assert cluster.runs == list(winners)
     assert all(n.lost == [] for n in (a, b, c))
 
@@ -273,7 +262,7 @@ def test_an_election_asked_during_the_outage_completes_after_it(cluster: Cluster
     cluster.formed()
     cluster.server.stop()
     for node in nodes:
-        wait_until(lambda n=node: n.status()["connected"] is False, 10, f"{node.name} down")
+        wait_until(lambda n=node: n.status()["connected"] is False, f"{node.name} down", 10)
     future = nodes[1].ref.proxy().start_election("later", "job", "go", 30).get(timeout=10)
 
     def undecided() -> None:
@@ -284,6 +273,6 @@ def test_an_election_asked_during_the_outage_completes_after_it(cluster: Cluster
     winner = future.result(40)
     assert winner == "n1@h"  # the only proposer
     assert {elect(n.ref, "later", "job", "go", timeout=30) for n in nodes} == {winner}
-    wait_until(lambda: cluster.runs, 10, "the winner to run the handler")
+    wait_until(lambda: cluster.runs, "the winner to run the handler", 10)
     assert cluster.runs == [winner]
     assert all(n.lost == [] for n in nodes)

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ import pytest
 from monitors.bus import BusMessage, connect_bus
 from monitors.gossip.shell import ElectionError, Gossip, elect, wait_mingled
 from tests.services import require_amqp, require_redis
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -44,18 +45,6 @@ HEARTBEAT = 2.0  # the default interval; the lost check runs every 5 s (also the
 WINDOW = 2 * HEARTBEAT  # heartbeats are counted over this long (two per node expected)
 OPTIONS = {"heartbeat_interval": HEARTBEAT, "expire_window": 5.0, "election_retry": 8.0}
 ASKERS = (0, 24, 49)  # the nodes that ask for the election at once
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `predicate` until it is truthy; fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _url(kind: str) -> str:
@@ -122,7 +111,7 @@ def alive(ref: Any) -> list[str]:
 def everyone_sees_everyone(names: list[str], refs: list[Any]) -> None:
     for name, ref in zip(names, refs, strict=True):
         others = [n for n in names if n != name]
-        wait_until(lambda r=ref, o=others: alive(r) == o, 60, f"{name} to see the other {N - 1}")
+        wait_until(lambda r=ref, o=others: alive(r) == o, f"{name} to see the other {N - 1}", 60)
 
 
 def test_fifty_nodes_see_each_other_and_send_one_heartbeat_per_interval(
@@ -229,5 +218,5 @@ def test_an_election_among_fifty_has_one_winner_agreed_by_all(nodes: Fifty) -> N
         thread.join(60)
     assert len(answers) == N, sorted(set(names) - set(answers))
     assert set(answers.values()) == {winner}, Counter(answers.values())
-    wait_until(lambda: runs, 10, "the winner to run the handler")
+    wait_until(lambda: runs, "the winner to run the handler", 10)
     assert runs == [(winner, "go")]  # once, on the winner only
