@@ -692,7 +692,8 @@ def test_the_file_watch_sees_two_masters_named_at_once(tmp_path: Path) -> None:
         for value in ("127.0.0.1:1", None, "127.0.0.1:2"):
             for f in files.values():
                 f.write(value)
-            wait_until(lambda v=value: watch.history("b")[-1] == v, "the watch to see it", 5)
+            # the watch may not have sampled yet: an empty history is "not yet", not an error
+            wait_until(lambda v=value: watch.history("b")[-1:] == [v], "the watch to see it", 5)
         watch.assert_clean()
         files["a"].write("127.0.0.1:3")
         wait_until(lambda: watch.violations, "the watch to see two masters", 5)
