@@ -52,6 +52,7 @@ from monitors.bus import Bus, BusError, BusMessage, connect_bus
 from monitors.core_timers import CoreTimers, Fired
 from monitors.effects import CancelTimer, Log, SetTimer, perform_all
 from monitors.gossip.effects import Direct, Publish
+from monitors.node_monitor.shell import NodeEvent
 from supervisors import Process
 
 __all__ = ["ConfigurationClient", "ConfigurationServer"]
@@ -440,7 +441,7 @@ class ConfigurationServer(_FailoverShell):
                     "failover %s: this RCS is active now (term %d)", self.system, message.term
                 )
                 self._perform(core.set_active(True, message.term, now))
-        elif type(message).__name__ == "NodeEvent":  # from the node monitor
+        elif isinstance(message, NodeEvent):  # from the node monitor
             if message.event == "paused":
                 self._paused = True
                 if core.active:

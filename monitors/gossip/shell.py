@@ -43,6 +43,7 @@ from monitors.gossip.effects import (
     RunElection,
 )
 from monitors.gossip.gossip_core import TIMER_HEARTBEAT, GossipCore
+from monitors.node_monitor.shell import NodeEvent
 from supervisors import Process
 
 __all__ = ["ElectionError", "Gossip", "Mingle", "elect", "wait_mingled"]
@@ -261,7 +262,7 @@ class Gossip(Process):
                 self._perform(core.timer(message.key, now, message.data))
         elif isinstance(message, _BusState):
             self._perform(core.bus_up(now) if message.connected else core.bus_down(now))
-        elif type(message).__name__ == "NodeEvent":  # from the node monitor
+        elif isinstance(message, NodeEvent):  # from the node monitor
             if message.event in ("paused", "resumed"):
                 self._perform(core.set_paused(message.event == "paused", now))
         else:
