@@ -9,6 +9,14 @@ Routes:
     POST /cluster/join     {"node": "b@h", "address": "h:7002"}   join b's cluster
     POST /cluster/leave    {}                                     leave the cluster
     POST /cluster/forget   {"node": "b@h"}                        remove b from the membership
+    GET  /gossip           the gossip state (needs `bus:`)
+    GET  /gossip/revoked   {"count": n, "ids": [...]}: the revoked set
+    POST /gossip/revoke    {"ids": [...]}                         revoke ids cluster-wide
+    POST /gossip/elect     {"id": "k", "timeout": 10}             stand in election k; the winner
+    POST /gossip/elect_once {"key": "k"}                          {"winner", "run"}: run is true
+                                                                  for one asker cluster-wide
+    POST /debug/block      {"nodes": [...] | "all", "seconds": s} fault injection: cut this node
+                                                                  off (NetKernel.block)
 
 Errors come back as `{"error": "..."}` with 400 (bad request), 401 (bad token), 404 (no such
 route), 409 (the action cannot be done now) or 500, and the client raises ControlError with
@@ -185,6 +193,23 @@ class ControlClient:
     def gossip(self) -> dict[str, Any]:
         """The node's gossip state: clock, alive workers, revoked count, bus, elections."""
         return self._request("GET", "/gossip")
+
+    def revoked(self) -> list[str]:
+        """Every id in the node's revoked set."""
+        return self._request("GET", "/gossip/revoked")["ids"]
+
+    def revoke(self, ids: list[str]) -> dict[str, Any]:
+        """Revoke ids on the node and, through gossip, on every node of its bus."""
+        return self._request("POST", "/gossip/revoke", {"ids": list(ids)})
+
+    def elect(self, eid: str, topic: str = "rabbitry.elect", timeout: float = 10.0) -> str:
+        """Stand in gossip election `eid` and return the winner's node name."""
+        body = {"id": eid, "topic": topic, "timeout": timeout}
+        return self._request("POST", "/gossip/elect", body)["winner"]
+
+    def block(self, nodes: list[str] | str, seconds: float) -> dict[str, Any]:
+        """Fault injection: cut the node off from `nodes` ("all": every peer) for `seconds`."""
+        return self._request("POST", "/debug/block", {"nodes": nodes, "seconds": seconds})
 
     def join(self, node: str, address: str) -> dict[str, Any]:
         return self._request("POST", "/cluster/join", {"node": node, "address": address})

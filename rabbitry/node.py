@@ -25,7 +25,7 @@ from typing import Any
 
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
-from monitors.gossip import Gossip
+from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.shell import AppControl, NodeMonitor
 from monitors.node_monitor.status import atomic_write
@@ -37,6 +37,9 @@ log = logging.getLogger("rabbitry.node")
 
 STATS_INTERVAL = 2.5  # RabbitMQ's vm_memory_monitor checks every 2.5 s
 ADDRESSES_FILE = "dist_addresses.json"
+# Elections asked for over the control API run under this topic; the node registers a handler
+# that does nothing, because the asker (a Spark task) runs the action itself when it won.
+ELECT_TOPIC = "rabbitry.elect"
 
 _current: Node | None = None  # the node this process runs (one OS process is one node)
 
@@ -112,6 +115,9 @@ class Node:
         # The monitor may ask to start or stop the application while the root is still
         # starting its children (Supervisor.start has not returned the root yet).
         self._root_ready = threading.Event()
+        self._once_lock = threading.Lock()
+        # elect_once keys this node handed out; bounded like the revoked set
+        self._once_ran = LimitedSet(maxlen=50_000, expires=3 * 3600.0)
 
     @classmethod
     def start(cls, config: NodeConfig) -> Node:
@@ -228,6 +234,7 @@ class Node:
             exchange=config.gossip.exchange,
             **config.gossip.core_options(),
         )
+        self.parts.gossip.proxy().register_election_handler(ELECT_TOPIC, lambda _action: None)
         return self.parts.gossip
 
     def gossip_status(self) -> dict[str, Any]:
@@ -236,12 +243,77 @@ class Node:
             raise Conflict("this node has no `bus:` configured, so it does not gossip")
         return self.parts.gossip.proxy().status().get(timeout=10)
 
+    def _gossip_proxy(self) -> Any:
+        if self.parts.gossip is None:
+            raise Conflict("this node has no `bus:` configured, so it does not gossip")
+        return self.parts.gossip.proxy()
+
+    def _revoked(self) -> dict[str, Any]:
+        ids = self._gossip_proxy().revoked_ids().get(timeout=10)
+        return {"count": len(ids), "ids": ids}
+
+    def _revoke(self, body: dict[str, Any]) -> dict[str, Any]:
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise ValueError('revoke needs {"ids": ["id", ...]} (non-empty strings)')
+        self._gossip_proxy().revoke(ids).get(timeout=10)
+        return {"revoked": len(ids)}
+
+    def _elect(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Run gossip election `id` with this node as a candidate; the winner's name."""
+        eid, topic = body.get("id"), body.get("topic", ELECT_TOPIC)
+        timeout = body.get("timeout", 10.0)
+        if not isinstance(eid, str) or not eid or not isinstance(topic, str):
+            raise ValueError('elect needs {"id": "...", "topic": "...", "timeout": seconds}')
+        if not isinstance(timeout, int | float) or not 0 < timeout <= 300:
+            raise ValueError(f"elect: timeout must be 0 < seconds <= 300, got {timeout!r}")
+        if self.parts.gossip is None:
+            raise Conflict(
+                "this node has no `bus:` configured, so it cannot take part in elections"
+            )
+        try:
+            winner = elect(self.parts.gossip, eid, topic, None, float(timeout))
+        except ElectionError as exc:
+            raise Conflict(str(exc)) from None
+        return {"id": eid, "winner": winner, "me": winner == self.config.node}
+
+    def _elect_once(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Stand in the election for `key`; `run` is true for exactly one asker cluster-wide:
+        the first one on the winning node. (The node remembers in memory what it handed out.)"""
+        key = body.get("key")
+        if not isinstance(key, str) or not key:
+            raise ValueError('elect_once needs {"key": "...", "timeout": seconds}')
+        result = self._elect({"id": f"once:{key}", "timeout": body.get("timeout", 10.0)})
+        run = False
+        if result["me"]:
+            with self._once_lock:
+                run = key not in self._once_ran
+                self._once_ran.add(key, time.time())
+        return {"key": key, "winner": result["winner"], "run": run}
+
+    def _block(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Fault injection (demo, tests): cut this node off from `nodes` ("all": every peer
+        in the cluster) for `seconds`. See NetKernel.block."""
+        nodes, seconds = body.get("nodes"), body.get("seconds")
+        if nodes == "all":
+            nodes = [n for n in self.status()["all"] if n != self.config.node]
+        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+            raise ValueError('block needs {"nodes": ["b@host", ...] | "all", "seconds": s}')
+        if not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
+            raise ValueError(f"block: seconds must be 0 < s <= 3600, got {seconds!r}")
+        return {"blocked": nodes, "cut": self.kernel.block(nodes, float(seconds))}
+
     def _start_control(self) -> Any:
         address = self.config.control
         assert address is not None
         routes = {
             ("GET", "/status"): lambda _body: self.status(),
             ("GET", "/gossip"): lambda _body: self.gossip_status(),
+            ("GET", "/gossip/revoked"): lambda _body: self._revoked(),
+            ("POST", "/gossip/revoke"): self._revoke,
+            ("POST", "/gossip/elect"): self._elect,
+            ("POST", "/gossip/elect_once"): self._elect_once,
+            ("POST", "/debug/block"): self._block,
             ("POST", "/cluster/join"): self._join,
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import pykka
@@ -462,6 +462,37 @@ class NetKernel(Process):
         self._connection_down(conn, DISCONNECT)
         return True
 
+    def block(self, nodes: Iterable[str], seconds: float) -> list[str]:
+        """Fault injection: cut this node off from `nodes`, both ways, for `seconds`.
+
+        Like RabbitMQ's test-suite dist proxy (block_traffic_between), but on one side only:
+        the connections close as if the network reset them (NodeDown "connection_closed" here,
+        the same on the peer), and neither side may connect again until the time is up, so
+        the peers see a partition and the node monitors act on it. Returns the nodes that were
+        connected. For partitioning a node whose peers' addresses we do not control (a Spark
+        executor's node); tests with fixed addresses use the fault proxy instead.
+        """
+        if not isinstance(seconds, int | float) or seconds <= 0:
+            raise ValueError(f"block: seconds must be a number > 0, got {seconds!r}")
+        cut = []
+        for node in nodes:
+            validate_node(node)
+            if node == self.node:
+                continue
+            with self._lock:
+                self._banned[node] = max(
+                    self._banned.get(node, 0.0), time.monotonic() + float(seconds)
+                )
+                conn = self._conns.get(node)
+                pending = self._outgoing.pop(node, None)
+            if pending is not None:
+                pending.done.set()
+            if conn is not None:
+                cut.append(node)
+                self._connection_down(conn, CONNECTION_CLOSED)
+        log.warning("dist %s: blocked %s for %.1f s (fault injection)", self.node, cut, seconds)
+        return cut
+
     def _ban_left(self, node: str) -> float:
         until = self._banned.get(node)
         if until is None:
@@ -478,7 +509,7 @@ class NetKernel(Process):
                 return f"the NetKernel of {self.node} has stopped"
             left = self._ban_left(node)
             if left:
-                return f"banned for {left:.2f} s more after disconnect()"
+                return f"banned for {left:.2f} s more after disconnect() or block()"
             if node not in self._addresses:
                 return f"{self.node} has no address for it (see peers= / set_address)"
             addr = format_address(*self._addresses[node])

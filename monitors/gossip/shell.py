@@ -207,6 +207,12 @@ class Gossip(Process):
         assert self.core is not None
         return self.core.is_revoked(task_id)
 
+    def revoked_ids(self) -> list[str]:
+        """Every id in the revoked set now (at most its maxlen), for callers in other processes
+        that check many ids at once (a Spark task asks once, then tests ids locally)."""
+        assert self.core is not None
+        return [str(item) for item in self.core.revoked]
+
     def revoke(self, ids: Iterable[str]) -> None:
         """Revoke task ids here and on every node of the bus."""
         assert self.core is not None
