@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rabbitry.cli_cluster",
     "rabbitry.cli_faultproxy",
     "rabbitry.cli_failover",
+    "rabbitry.cli_pipeline",
+    "rabbitry.cli_demo",
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -30,6 +30,7 @@ _HOWTO = {
     "amqp": "install RabbitMQ (apt install rabbitmq-server) and run it on 127.0.0.1:5672 "
     "with the guest/guest user",
     "redis-server": "install the redis-server binary (apt install redis-server)",
+    "spark": "pip install -e '.[all]' (pyspark) and install Java 17+ (apt install openjdk-17-jre)",
 }
 
 
@@ -75,6 +76,17 @@ def redis_server_binary() -> str:
     if path is None:
         _missing("redis-server", "no redis-server on PATH")
     return path  # type: ignore[return-value]
+
+
+def require_spark() -> None:
+    """Skip/fail unless pyspark imports and a java binary is found (JAVA_HOME or PATH)."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        _missing("spark", f"pyspark does not import: {exc}")
+    home = os.environ.get("JAVA_HOME")
+    if not (home and Path(home, "bin", "java").exists()) and shutil.which("java") is None:
+        _missing("spark", "no java on PATH and no JAVA_HOME")
 
 
 def _free_port() -> int:

@@ -1,0 +1,202 @@
+"""`rabbitry pipeline run`: the exactly-once dedup job on Spark, with embedded executor nodes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from rabbitry.cli import HelpFormatter, add_log_level, configure_logging
+
+DEFAULT_MASTER = "local[2,4]"
+
+RUN_EPILOG = """\
+examples:
+  rabbitry pipeline run --input msgs.jsonl --output out.parquet \\
+      --node-config spark-node.yaml --join a@127.0.0.1=127.0.0.1:7001 \\
+      --master-file /var/run/rabbitry/redis-master --wait-replicas 1
+  rabbitry pipeline run --input msgs.parquet --output out.parquet --master local-cluster[2,1,1024] ...
+
+Input: JSON lines or Parquet of {"id": ..., "payload": ...}. Each message is claimed with
+SET NX (+ WAIT) on the current Redis master, skipped if its id is revoked or already claimed,
+and written to the output as Parquet (id, payload, node, partition, line). Bad lines go to
+<output>.rejects.jsonl with their line numbers. See docs/pipeline.md.
+
+exit codes: 0 done, 1 the job failed, 2 bad usage, paths or config"""
+
+
+def register(commands: Any) -> None:
+    group = commands.add_parser(
+        "pipeline",
+        help="the exactly-once dedup job on Spark (rabbitry.pipeline)",
+        description="Run the exactly-once dedup pipeline on Spark. See docs/pipeline.md.",
+        formatter_class=HelpFormatter,
+    )
+    group.set_defaults(help_parser=group)
+    sub = group.add_subparsers(title="pipeline commands", metavar="COMMAND")
+    run = sub.add_parser(
+        "run",
+        help="run the job over an input file and write the results as Parquet",
+        description="Process every message of INPUT exactly once and write OUTPUT.",
+        epilog=RUN_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    run.add_argument("--input", required=True, help="JSON lines file, or Parquet file/directory")
+    run.add_argument("--output", required=True, help="where the Parquet results go")
+    run.add_argument("--master", default=DEFAULT_MASTER, help="the Spark master URL")
+    run.add_argument(
+        "--node-config",
+        help="node config template for the executors' nodes (YAML/TOML; see docs/spark.md)",
+    )
+    run.add_argument(
+        "--join",
+        action="append",
+        default=[],
+        metavar="NODE=HOST:PORT",
+        help="a seed node the executors join through (repeat for more)",
+    )
+    run.add_argument("--master-file", help="the Redis master file kept by this host's RCC")
+    run.add_argument("--system", default="system", help="the failover set's name in that file")
+    run.add_argument("--wait-replicas", type=int, default=1, help="replicas each claim must reach")
+    run.add_argument("--data-root", help="where executor nodes keep their data dirs")
+    run.add_argument("--run-id", help="claim namespace (default: derived from the input file)")
+    run.add_argument(
+        "--max-payload-bytes", type=int, default=256 * 1024, help="larger payloads are rejected"
+    )
+    run.add_argument("--batch", type=int, default=500, help="claims per Redis round trip")
+    run.add_argument("--partitions", type=int, help="input partitions (default: Spark's)")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    run.add_argument(
+        "--plain-redis",
+        metavar="HOST:PORT",
+        help="no rabbitry: plain SET NX on this fixed Redis (the benchmark baseline)",
+    )
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_log_level(run)
+    run.set_defaults(handler=_run, help_parser=run)
+
+
+def _parse_join(items: list[str]) -> dict[str, str]:
+    seeds = {}
+    for item in items:
+        name, sep, address = item.partition("=")
+        if not sep or "@" not in name or ":" not in address:
+            raise ValueError(
+                f"--join {item!r}: expected NODE=HOST:PORT, such as a@h=127.0.0.1:7001"
+            )
+        seeds[name] = address
+    return seeds
+
+
+def _run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    from rabbitry.pipeline import PipelineInputError, PipelineOptions, check_paths
+
+    try:
+        check_paths(args.input, args.output, args.overwrite)
+        seeds = _parse_join(args.join)
+        for flag, value, least in (
+            ("--batch", args.batch, 1),
+            ("--max-payload-bytes", args.max_payload_bytes, 1),
+            ("--partitions", args.partitions, 1),
+            ("--wait-replicas", args.wait_replicas, 0),
+        ):
+            if value is not None and value < least:
+                raise ValueError(f"{flag} must be at least {least}, got {value}")
+        if not args.plain_redis and not args.node_config:
+            raise ValueError(
+                "--node-config is required (the executors' node template), unless --plain-redis"
+            )
+    except (PipelineInputError, ValueError) as exc:
+        print(f"rabbitry pipeline run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        print(
+            "rabbitry pipeline run: pyspark is not installed: pip install 'rabbitry[spark]'",
+            file=sys.stderr,
+        )
+        return 2
+    builder = (
+        SparkSession.builder.master(args.master)
+        .appName("rabbitry-pipeline")
+        .config("spark.ui.showConsoleProgress", "false")  # ours is on the console
+    )
+    if not args.plain_redis:
+        from rabbitry.spark import SparkEmbedError, configure
+
+        try:
+            configure(
+                builder,
+                args.node_config,
+                join=seeds,
+                master_file=args.master_file,
+                system=args.system,
+                wait_replicas=args.wait_replicas,
+                data_root=args.data_root,
+            )
+        except (SparkEmbedError, OSError, ValueError) as exc:
+            print(f"rabbitry pipeline run: {exc}", file=sys.stderr)
+            return 2
+    options = PipelineOptions(
+        run_id=args.run_id,
+        max_payload=args.max_payload_bytes,
+        batch=args.batch,
+        partitions=args.partitions,
+        overwrite=args.overwrite,
+        plain_redis=args.plain_redis,
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        summary = _run_with_progress(spark, args, options)
+    except KeyboardInterrupt:
+        print("rabbitry pipeline run: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        print(f"rabbitry pipeline run: the job failed: {_short(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+    else:
+        print("\n".join(summary.lines()))
+    return 0
+
+
+def _short(exc: BaseException) -> str:
+    """Py4J errors carry a JVM stack trace; the first line of the Python cause is what helps."""
+    text = str(exc)
+    for marker in ("RetryableTaskError", "NodePaused", "NodeUnavailable", "NoRedisMaster"):
+        at = text.find(marker)
+        if at >= 0:
+            return text[at:].splitlines()[0]
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _run_with_progress(spark: Any, args: argparse.Namespace, options: Any) -> Any:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rabbitry.pipeline import run_pipeline
+
+    columns = (
+        TextColumn("[bold]pipeline"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} tasks"),
+        TextColumn("{task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("tasks", total=None, failed=0)
+
+        def report(state: dict[str, Any]) -> None:
+            progress.update(
+                task, completed=state["done"], total=state["total"] or None, failed=state["failed"]
+            )
+
+        return run_pipeline(spark, args.input, args.output, options, on_progress=report)

@@ -1,0 +1,59 @@
+"""`rabbitry demo --quick`, as a user runs it: a subprocess, from a clean directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.services import redis_server_binary, require_spark
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
+
+REPORT_KEYS = {
+    "messages",
+    "distinct_ids",
+    "revoked",
+    "processed",
+    "duplicates_executed",
+    "lost",
+    "failover_seconds",
+    "pause_seconds",
+    "timeline",
+}
+
+
+def test_demo_quick_holds_exactly_once_and_writes_its_report(tmp_path: Path) -> None:
+    require_spark()
+    redis_server_binary()
+    # --work-dir: so that the command lines of everything it starts name tmp_path
+    work = ["--work-dir", str(tmp_path / "work")]
+    result = subprocess.run(
+        [sys.executable, "-m", "rabbitry", "demo", "--quick", "--out-dir", str(tmp_path), *work],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "demo-report.json").read_text())
+    assert set(report) >= REPORT_KEYS
+    assert report["ok"] is True
+    assert report["duplicates_executed"] == 0 and report["lost"] == 0
+    assert report["processed"] == report["distinct_ids"] - report["revoked"]
+    assert report["failover_seconds"] is not None, "the Redis master kill did not complete"
+    kinds = {event["kind"] for event in report["timeline"]["events"]}
+    assert {"redis_master_killed", "redis_master_changed", "partition_start"} <= kinds
+    assert sum(report["pause_seconds"].values()) > 0, "the partitioned node never paused"
+    png = (tmp_path / "demo-timeline.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert "exactly" in result.stdout.lower()
+    # everything it started is gone: no sidecar, node or redis-server of this run is left
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(tmp_path / "work")], check=False, capture_output=True, text=True
+    ).stdout.split()
+    assert not leftovers, f"processes left behind: {leftovers}"
