@@ -103,6 +103,11 @@ class EmbedSettings:
         config = _fill(self.node, values)
         config.setdefault("node", DEFAULT_NODE.format(**values))
         config.setdefault("listen", f"127.0.0.1:{dist_port}")
+        host, sep, port = str(config["listen"]).rpartition(":")
+        if sep and port == "0":
+            # Port 0 would change at every restart of the node, and its peers would keep
+            # dialling the old one: take the port the sidecar reserved, once, instead.
+            config["listen"] = f"{host}:{dist_port}"
         config.setdefault("control", f"127.0.0.1:{control_port}")
         name = str(config["node"])
         config.setdefault("data_dir", str(Path(self.data_root) / _safe(name)))

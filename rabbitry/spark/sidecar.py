@@ -49,10 +49,10 @@ JOIN_CHECK = 5.0  # how often the node's membership is checked (after a restart,
 
 
 def reserve_port() -> int:
-    """A free loopback port. Another process could take it before the node binds it; the
+    """A free port. Another process could take it before the node binds it; the
     node then fails to start, the supervisor restarts it, and the sidecar reports it."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("", 0))  # every interface: the node may listen on a routable address
         return int(sock.getsockname()[1])
 
 
