@@ -1,0 +1,72 @@
+"""The store's own effects, next to the common ones in monitors/effects.py.
+
+The shell performs every effect in list order, synchronously, before the next one. That is
+what makes a `DiscCommit` followed by a `Send` of an ack mean "acknowledged after it is on
+disc" (with fsync="commit").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Answer the local API request `req_id`: `value`, or raise `error` in the caller."""
+
+    req_id: int
+    value: Any = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class DiscCommit:
+    """Append one commit to the disc copy of `table`: `TableLog.append_commit(tid, ops)`.
+
+    `tid` is this node's per-table commit counter (strictly increasing per table); `ops` are
+    `("put", key, entry)` (a tombstone is a put of an entry whose record is None, so deletes
+    survive restarts for the lww merge) and `("del", key, None)` (a pruned tombstone).
+    """
+
+    table: str
+    tid: int
+    ops: tuple[tuple[str, Any, Any], ...]
+
+
+@dataclass(frozen=True)
+class ReplaceTable:
+    """Make `entries` (key_json -> entry) the whole disc copy of `table`: `replace_all`.
+
+    After a copy from another replica (load, add_table_copy, autoheal reload)."""
+
+    table: str
+    tid: int
+    entries: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class DropTable:
+    """Delete the disc files of `table` here (delete_table, del_table_copy, disc -> none)."""
+
+    table: str
+
+
+@dataclass(frozen=True)
+class PersistSchema:
+    """Write the node's schema state (`schema_file.write_schema`): db_nodes, tables, the
+    active disc copies per table as last seen (Mnesia's nodes-running-at-shutdown rule), the
+    nodes this node saw go down, and its Lamport clock."""
+
+    state: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class MnesiaEvent:
+    """For subscribers (Mnesia's system events): `kind` is mnesia_up, mnesia_down,
+    inconsistent_database (detail: running_partitioned_network | starting_partitioned_network),
+    schema_conflict, table_loaded, heal (detail: what was done)."""
+
+    kind: str
+    node: str
+    detail: Any = None

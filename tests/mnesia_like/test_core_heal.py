@@ -1,0 +1,119 @@
+"""MnesiaCore's monitor (mnesia_up/down, inconsistent_database) and healing (none, autoheal,
+lww)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mnesia_like.core import winner_side
+from tests.mnesia_like.harness import Harness, cluster
+
+A, B, C = "a@h", "b@h", "c@h"
+
+
+def split_cluster(merge: str) -> Harness:
+    h = cluster(3, merge=merge)
+    h.call(A, "create_table", name="t", attributes=["k", "v"], disc_copies=[A, B, C])
+    h.call(A, "dirty_write", table="t", record={"k": 0, "v": "shared"})
+    h.partition([A, B], [C])
+    h.call(A, "dirty_write", table="t", record={"k": 1, "v": "ab side"})
+    h.call(C, "dirty_write", table="t", record={"k": 2, "v": "c side"})
+    h.call(C, "dirty_write", table="t", record={"k": 0, "v": "c changed it last"})
+    h.call(B, "dirty_delete", table="t", key=0)  # later still: the delete wins under lww
+    h.events.clear()
+    return h
+
+
+def test_winner_rule() -> None:
+    assert winner_side(["a", "b"], ["c"]) == 0
+    assert winner_side(["c"], ["a", "b"]) == 1
+    assert winner_side(["b"], ["c"]) == 0 and winner_side(["c"], ["b"]) == 1
+
+
+def test_a_crash_is_mnesia_down_not_a_partition() -> None:
+    h = cluster(3)
+    h.crash(C)
+    assert sorted(h.events_of("mnesia_down")) == [(A, C, None), (B, C, None)]
+    h.boot(C)
+    assert not h.events_of("inconsistent_database")
+    assert (A, C, None) in h.events_of("mnesia_up")
+
+
+@pytest.mark.parametrize("merge", ["none", "autoheal", "lww"])
+def test_a_healed_partition_is_an_inconsistent_database_on_both_sides(merge: str) -> None:
+    h = split_cluster(merge)
+    h.heal_all()
+    events = h.events_of("inconsistent_database")
+    assert sorted((n, p) for n, p, _ in events) == [(A, C), (B, C), (C, A), (C, B)]
+    assert {d for _, _, d in events} == {"running_partitioned_network"}
+
+
+def test_merge_none_stays_split_until_someone_acts() -> None:
+    h = split_cluster("none")
+    h.heal_all()
+    assert h.call(A, "system_info", key="running_db_nodes") == [A, B]
+    assert h.call(C, "system_info", key="running_db_nodes") == [C]
+    assert h.call(C, "system_info", key="inconsistent_nodes") == [A, B]
+    h.call(C, "reload_from", node=A)
+    h.run()
+    for n in h.names:
+        assert h.call(n, "system_info", key="running_db_nodes") == [A, B, C]
+    assert h.content(C, "t") == h.content(A, "t") == {"1": {"k": 1, "v": "ab side"}}
+
+
+def test_autoheal_reloads_the_smaller_side_from_the_winner() -> None:
+    h = split_cluster("autoheal")
+    h.heal_all()
+    for n in h.names:
+        assert h.call(n, "system_info", key="running_db_nodes") == [A, B, C]
+        assert h.content(n, "t") == {"1": {"k": 1, "v": "ab side"}}
+    assert h.discs[C].tables["t"]["1"]["r"] == {"k": 1, "v": "ab side"}
+    assert "2" not in h.discs[C].tables["t"]  # c's own write is gone with its side
+    assert (C, C, f"reload_from {A}") in h.events_of("heal") or (
+        C,
+        C,
+        f"reload_from {B}",
+    ) in h.events_of("heal")
+
+
+def test_lww_keeps_both_sides_writes_and_decides_conflicts_by_stamp() -> None:
+    h = split_cluster("lww")
+    ab, c = h.cores[A].store["t"], h.cores[C].store["t"]
+    newest = {k: max((x[k] for x in (ab, c) if k in x), key=lambda e: e["s"]) for k in {*ab, *c}}
+    expected = {k: e["r"] for k, e in newest.items() if e["r"] is not None}
+    assert "1" in expected and "2" in expected
+    h.heal_all()
+    for n in h.names:
+        assert h.call(n, "system_info", key="running_db_nodes") == [A, B, C]
+        assert h.content(n, "t") == expected
+    assert h.logged("lww merge: conflicting writes")
+
+
+def test_a_node_restarted_during_the_partition_reports_starting_partitioned_network() -> None:
+    h = split_cluster("none")
+    h.stop(C)
+    h.node_options[C]["startup_timeout"] = 30.0
+    h.boot(C)
+    h.heal_all()  # while C is still starting
+    kinds = {(n, p): d for n, p, d in h.events_of("inconsistent_database")}
+    assert kinds[(C, A)] == "starting_partitioned_network"
+    assert kinds[(A, C)] == "starting_partitioned_network"
+
+
+def test_a_node_that_restarts_after_merge_none_is_taken_back() -> None:
+    """As in RabbitMQ's manual recovery: restart the nodes of the side you do not trust."""
+    h = split_cluster("none")
+    h.heal_all()
+    h.stop(C)
+    h.boot(C)
+    assert h.call(C, "system_info", key="running_db_nodes") == [A, B, C]
+    assert h.content(C, "t") == h.content(A, "t")
+
+
+def test_status_shows_running_nodes_and_active_copies() -> None:
+    h = cluster(2)
+    h.call(A, "create_table", name="t", ram_copies=[A, B])
+    h.crash(B)
+    st = h.call(A, "status")
+    assert st["running_db_nodes"] == [A]
+    assert st["tables"]["t"]["all"] == [A, B] and st["tables"]["t"]["active"] == [A]

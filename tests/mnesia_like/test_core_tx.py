@@ -1,0 +1,214 @@
+"""MnesiaCore transactions: locks on every replica, 2PC, wait-die restarts, aborts, failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mnesia_like.errors import Restart, TablesNotLoaded
+from tests.mnesia_like.harness import Harness, cluster
+
+A, B, C = "a@h", "b@h", "c@h"
+
+
+def setup(n: int = 3, **options: Any) -> Harness:
+    h = cluster(n, **options)
+    h.call(A, "create_table", name="t", attributes=["k", "v"], disc_copies=[A, B], ram_copies=[C])
+    return h
+
+
+def begin(h: Harness, node: str, age: Any = None) -> tuple[str, Any]:
+    r = h.call(node, "tx_begin", age=age)
+    return r["tid"], r["age"]
+
+
+def test_a_transaction_commits_on_every_replica_and_disc_before_ack() -> None:
+    h = setup()
+    h.transaction(C, [("tx_write", {"table": "t", "record": {"k": 1, "v": "a"}})])
+    r = h.transaction(
+        B,
+        [
+            ("tx_read", {"table": "t", "key": 1}),
+            lambda res: ("tx_write", {"table": "t", "record": {"k": 1, "v": res[0]["v"] + "b"}}),
+            ("tx_delete", {"table": "t", "key": 1}),
+            ("tx_read", {"table": "t", "key": 1}),  # sees its own delete
+            ("tx_write", {"table": "t", "record": {"k": 2, "v": "c"}}),
+        ],
+    )
+    assert r[0] == {"k": 1, "v": "a"} and r[3] is None
+    for n in h.names:
+        assert h.content(n, "t") == {"2": {"k": 2, "v": "c"}}
+    for n in (A, B):
+        assert h.discs[n].tables["t"]["2"]["r"] == {"k": 2, "v": "c"}
+        assert h.discs[n].tables["t"]["1"]["r"] is None  # a tombstone
+
+
+def test_match_and_select_in_a_transaction_see_its_own_writes() -> None:
+    h = setup()
+    h.call(A, "dirty_write", table="t", record={"k": 1, "v": "x"})
+    h.call(A, "dirty_write", table="t", record={"k": 2, "v": "x"})
+    r = h.transaction(
+        C,
+        [
+            ("tx_write", {"table": "t", "record": {"k": 3, "v": "x"}}),
+            ("tx_delete", {"table": "t", "key": 1}),
+            ("tx_match", {"table": "t", "pattern": {"v": "x"}}),
+            ("tx_select", {"table": "t", "spec": {"where": [["k", ">", 1]], "fields": ["k"]}}),
+        ],
+    )
+    assert sorted(x["k"] for x in r[2]) == [2, 3]
+    assert sorted(x["k"] for x in r[3]) == [2, 3]
+
+
+def test_an_aborted_transaction_leaves_nothing_behind() -> None:
+    h = setup()
+    tid, _ = begin(h, A)
+    h.call(A, "tx_write", tid=tid, table="t", record={"k": 1, "v": "gone"})
+    h.call(A, "tx_abort", tid=tid)
+    for n in h.names:
+        assert h.content(n, "t") == {}
+        assert not h.cores[n].locks.tids()
+    assert h.discs[A].tables["t"] == {}
+
+
+def test_the_younger_transaction_restarts_on_a_conflict_and_the_older_waits() -> None:
+    h = setup()
+    old, _ = begin(h, A)
+    young, _ = begin(h, B)
+    h.call(B, "tx_write", tid=young, table="t", record={"k": 1, "v": "young"})
+    # the older one waits for the younger's lock ...
+    req = h.submit(A, "tx_write", tid=old, table="t", record={"k": 1, "v": "old"})
+    h.run()
+    assert h.result(A, req) is None
+    h.call(B, "tx_commit", tid=young)
+    reply = h.result(A, req)
+    assert reply is not None and reply.error is None
+    h.call(A, "tx_commit", tid=old)
+    assert h.content(C, "t")["1"] == {"k": 1, "v": "old"}
+
+
+def test_a_deadlock_restarts_the_younger_one() -> None:
+    h = setup()
+    old, _ = begin(h, A)
+    young, _ = begin(h, B)
+    h.call(A, "tx_write", tid=old, table="t", record={"k": 1, "v": "old"})
+    h.call(B, "tx_write", tid=young, table="t", record={"k": 2, "v": "young"})
+    req = h.submit(A, "tx_write", tid=old, table="t", record={"k": 2, "v": "old"})  # waits
+    h.run()
+    with pytest.raises(Restart, match="older transaction"):
+        h.call(B, "tx_write", tid=young, table="t", record={"k": 1, "v": "young"})
+    reply = h.result(A, req)
+    assert reply is not None and reply.error is None
+    h.call(A, "tx_commit", tid=old)
+    assert h.content(B, "t") == {"1": {"k": 1, "v": "old"}, "2": {"k": 2, "v": "old"}}
+    with pytest.raises(Restart):  # the dead one is gone everywhere
+        h.call(B, "tx_commit", tid=young)
+
+
+def test_a_participant_down_before_the_decision_restarts_and_leaves_nothing() -> None:
+    h = setup()
+    tid, _ = begin(h, A)
+    h.call(A, "tx_write", tid=tid, table="t", record={"k": 1, "v": "x"})
+    h.crash(C)
+    with pytest.raises(Restart, match="c@h went down"):
+        h.call(A, "tx_commit", tid=tid)
+    assert h.content(A, "t") == {} and h.content(B, "t") == {}
+    assert not h.cores[A].locks.tids() and not h.cores[B].locks.tids()
+    # and the retry works without it
+    h.transaction(A, [("tx_write", {"table": "t", "record": {"k": 1, "v": "y"}})])
+    assert h.content(B, "t") == {"1": {"k": 1, "v": "y"}}
+
+
+def test_prepared_participants_that_lose_the_coordinator_ask_each_other() -> None:
+    """The coordinator (C) goes after A got the commit but before B did: B asks A, and
+    commits."""
+    h = setup()
+    tid, _ = begin(h, C)
+    h.call(C, "tx_write", tid=tid, table="t", record={"k": 1, "v": "x"})
+    h.submit(C, "tx_commit", tid=tid)
+    # deliver until A has the commit
+    while h.queue:
+        src, dst, msg = h.queue[0]
+        if msg["t"] == "commit" and dst == B:
+            break
+        h.queue.popleft()
+        core = h.cores.get(dst)
+        if core is not None:
+            h.perform(dst, core.receive(src, msg, h.now))
+    assert h.content(A, "t") == {"1": {"k": 1, "v": "x"}} and h.content(B, "t") == {}
+    h.crash(C)
+    h.run()
+    assert h.content(B, "t") == {"1": {"k": 1, "v": "x"}}
+    assert h.logged("resolved: committed")
+
+
+def _deliver_until(h: Harness, stop: str) -> None:
+    """Deliver queued messages in order until the next one is of type `stop`."""
+    while h.queue:
+        src, dst, msg = h.queue[0]
+        if msg["t"] == stop:
+            return
+        h.queue.popleft()
+        h.perform(dst, h.cores[dst].receive(src, msg, h.now))
+
+
+@pytest.mark.parametrize("decided", [False, True])
+def test_in_doubt_participants_wait_for_the_coordinator(decided: bool) -> None:
+    """The coordinator goes after the participants voted yes. They wait for it (it may only
+    be cut off); once it is back it answers from its decision log: committed if it had all
+    the votes (it may have applied its part and answered the user), else unknown: abort."""
+    h = setup()
+    tid, _ = begin(h, C)
+    h.call(C, "tx_write", tid=tid, table="t", record={"k": 1, "v": "x"})
+    h.submit(C, "tx_commit", tid=tid)
+    if decided:
+        _deliver_until(h, "commit")
+    else:
+        _deliver_until(h, "vote")
+        while h.queue and h.queue[0][2]["t"] != "prepare":  # the votes are lost
+            h.queue.popleft()
+        _deliver_until(h, "vote")
+    h.queue.clear()
+    h.crash(C)
+    h.run(max_time=3.0)
+    assert h.cores[A].locks.tids() and h.cores[B].locks.tids()
+    h.boot(C)
+    for n in (A, B):
+        assert h.content(n, "t") == ({"1": {"k": 1, "v": "x"}} if decided else {})
+        assert not h.cores[n].locks.tids()
+    if decided:
+        assert h.logged("resolved: committed")
+    else:
+        assert h.logged("its coordinator restarted")
+
+
+def test_an_operation_without_an_active_replica_fails_clearly() -> None:
+    h = cluster(2)
+    h.call(A, "create_table", name="r", ram_copies=[B])
+    h.crash(B)
+    tid, _ = begin(h, A)
+    with pytest.raises(TablesNotLoaded, match="no active replica"):
+        h.call(A, "tx_read", tid=tid, table="r", key=1)
+    with pytest.raises(TablesNotLoaded):
+        h.call(A, "dirty_write", table="r", record={"key": 1})
+
+
+def test_schema_operations_conflict_like_transactions() -> None:
+    h = setup()
+    tid, _ = begin(h, B)  # older than the schema op below
+    h.call(B, "tx_write", tid=tid, table="t", record={"k": 1, "v": "x"})
+    h.call(A, "create_table", name="u", ram_copies=[A, C])
+    h.call(B, "tx_commit", tid=tid)
+    assert sorted(h.call(C, "system_info", key="tables")) == ["t", "u"]
+
+
+def test_a_loading_replica_gets_writes_committed_while_it_copies() -> None:
+    h = setup()
+    for i in range(5):
+        h.call(A, "dirty_write", table="t", record={"k": i, "v": "old"})
+    h.crash(C)
+    h.call(A, "dirty_write", table="t", record={"k": 0, "v": "while down"})
+    h.boot(C)
+    assert h.content(C, "t") == h.content(A, "t")
+    assert h.content(C, "t")["0"]["v"] == "while down"
