@@ -138,7 +138,24 @@ def status_command(args: argparse.Namespace) -> int:
             print(f"  gossip         unavailable: {exc}")
     else:
         print(format_gossip(gossip))
+    try:
+        store = client.mnesia_status()
+    except ControlError as exc:
+        if exc.status != 409:  # 409: no `mnesia:` configured
+            print(f"  mnesia         unavailable: {exc}")
+    else:
+        print(format_mnesia(store))
     return 0
+
+
+def format_mnesia(store: dict[str, Any]) -> str:
+    """The store lines of `rabbitry cluster status`: running db nodes, each table's copies."""
+    lines = [f"  running db     {', '.join(store.get('running_db_nodes') or []) or '-'}"]
+    for name, table in sorted((store.get("tables") or {}).items()):
+        active = set(table.get("active") or [])
+        copies = [n if n in active else f"{n} (inactive)" for n in table.get("all") or []]
+        lines.append(f"  table {name:<8} {', '.join(copies) or '-'}")
+    return "\n".join(lines)
 
 
 def format_gossip(gossip: dict[str, Any]) -> str:

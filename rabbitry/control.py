@@ -15,6 +15,9 @@ Routes:
     POST /gossip/elect     {"id": "k", "timeout": 10}             stand in election k; the winner
     POST /gossip/elect_once {"key": "k"}                          {"winner", "run"}: run is true
                                                                   for one asker cluster-wide
+    GET  /mnesia           the store: running_db_nodes, tables {t: {all, active, ...}}, events
+    POST /mnesia           {"op": "dirty_write", "args": {...}}   one store operation (409: the
+                                                                  store refused it)
     POST /debug/block      {"nodes": [...] | "all", "seconds": s} fault injection: cut this node
                                                                   off (NetKernel.block)
 
@@ -210,6 +213,15 @@ class ControlClient:
     def block(self, nodes: list[str] | str, seconds: float) -> dict[str, Any]:
         """Fault injection: cut the node off from `nodes` ("all": every peer) for `seconds`."""
         return self._request("POST", "/debug/block", {"nodes": nodes, "seconds": seconds})
+
+    def mnesia_status(self) -> dict[str, Any]:
+        """The store: running_db_nodes, per-table copies (all, active), recent events."""
+        return self._request("GET", "/mnesia")
+
+    def mnesia(self, op: str, **args: Any) -> Any:
+        """Run one store operation (mnesia_like.Schema's name and keyword arguments), or
+        op="transaction" with writes=[[table, record], ...], deletes=[[table, key], ...]."""
+        return self._request("POST", "/mnesia", {"op": op, "args": args})["result"]
 
     def join(self, node: str, address: str) -> dict[str, Any]:
         return self._request("POST", "/cluster/join", {"node": node, "address": address})

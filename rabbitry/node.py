@@ -3,6 +3,7 @@
     root (rest_for_one)
       net_kernel     the dist layer (TCP mesh, cookie auth, ticks)
       node_monitor   rabbit_node_monitor: cluster status, partitions, pausing
+      mnesia         the replicated store, mnesia_like (when `mnesia:` is set)
       node_stats     resource alarms and the autoheal weight, sampled every few seconds
       control        the HTTP JSON control API (when `control:` is set)
       gossip         heartbeats, mingle, revokes and elections on the `bus:` (when set)
@@ -40,6 +41,26 @@ ADDRESSES_FILE = "dist_addresses.json"
 # Elections asked for over the control API run under this topic; the node registers a handler
 # that does nothing, because the asker (a Spark task) runs the action itself when it won.
 ELECT_TOPIC = "rabbitry.elect"
+# Store operations the control API may run (POST /mnesia); all of mnesia_like.Schema's reads
+# and writes, not its subscriptions.
+MNESIA_OPS = frozenset(
+    [
+        "system_info",
+        "change_config",
+        "create_table",
+        "delete_table",
+        "add_table_copy",
+        "del_table_copy",
+        "table_info",
+        "dirty_read",
+        "dirty_write",
+        "dirty_delete",
+        "dirty_match",
+        "dirty_select",
+        "wait_for_tables",
+        "reload_from",
+    ]
+)
 
 _current: Node | None = None  # the node this process runs (one OS process is one node)
 
@@ -67,6 +88,7 @@ class _Parts:
         self.monitor: Any = None
         self.control: Any = None
         self.gossip: Any = None
+        self.mnesia: Any = None
 
 
 class NodeStats(Process):
@@ -173,8 +195,10 @@ class Node:
         children = [
             ChildSpec("net_kernel", self._start_kernel, shutdown=5.0),
             ChildSpec("node_monitor", self._start_monitor, shutdown=10.0),
-            ChildSpec("node_stats", self._start_stats, shutdown=2.0),
         ]
+        if config.mnesia is not None:
+            children.append(ChildSpec("mnesia", self._start_mnesia, shutdown=10.0))
+        children.append(ChildSpec("node_stats", self._start_stats, shutdown=2.0))
         if config.control is not None:
             children.append(ChildSpec("control", self._start_control, shutdown=5.0))
         if config.bus is not None:
@@ -220,6 +244,82 @@ class Node:
             hold_app=self._app_held,
         )
         return self.parts.monitor
+
+    def _start_mnesia(self) -> Any:
+        from mnesia_like import Mnesia, Schema
+
+        config = self.config
+        options = config.mnesia
+        assert options is not None
+        extra = options.extra_db_nodes
+        if extra is None:  # as RabbitMQ does: the cluster's other nodes
+            extra = tuple(n for n in config.cluster_nodes if n != config.node)
+        self.parts.mnesia = Mnesia.start_link(
+            self.parts.kernel,
+            config.data_dir / "mnesia",
+            extra_db_nodes=list(extra),
+            merge=options.merge_for(config.partition_handling),
+            fsync=options.fsync,
+            force_load=options.force_load,
+            load_timeout=options.load_timeout,
+        )
+        monitor = self.parts.monitor
+
+        def to_monitor(event: Any) -> None:  # runs on the store's thread: tell, never wait
+            monitor.proxy().store_event(event.kind, event.node, event.detail)
+
+        Schema(self.parts.mnesia).subscribe(to_monitor)  # the node monitor first
+        return self.parts.mnesia
+
+    @property
+    def mnesia(self) -> Any:
+        """The store's blocking API (mnesia_like.Schema); needs `mnesia:` in the config."""
+        from mnesia_like import Schema
+
+        if self.parts.mnesia is None:
+            raise Conflict("this node runs no store: add `mnesia: {}` to its config")
+        return Schema(self.parts.mnesia)
+
+    def mnesia_status(self) -> dict[str, Any]:
+        """running_db_nodes, per-table copies, and the store events the monitor saw."""
+        status = self.mnesia.status()
+        events = self.parts.monitor.proxy().store_events().get(timeout=10)
+        return {**status, "events": events}
+
+    def _mnesia_call(self, body: dict[str, Any]) -> Any:
+        """POST /mnesia: {"op": name, "args": {...}} for one Schema operation, or "op":
+        "transaction" with "writes"/"deletes" lists applied in one transaction."""
+        op, args = body.get("op"), body.get("args", {})
+        if not isinstance(args, dict):
+            raise ValueError('mnesia: "args" must be an object')
+        from mnesia_like import MnesiaError
+
+        try:
+            return self._mnesia_op(self.mnesia, op, args)
+        except MnesiaError as exc:  # the store said no: the request was fine, the moment not
+            raise Conflict(f"{type(exc).__name__}: {exc}") from None
+
+    @staticmethod
+    def _mnesia_op(db: Any, op: Any, args: dict[str, Any]) -> Any:
+        if op == "transaction":
+            writes, deletes = args.get("writes", []), args.get("deletes", [])
+
+            def apply(tx: Any) -> int:
+                for table, record in writes:
+                    tx.write(table, record)
+                for table, key in deletes:
+                    tx.delete(table, key)
+                return len(writes) + len(deletes)
+
+            return {"result": db.transaction(apply)}
+        if op not in MNESIA_OPS:
+            raise ValueError(
+                f"mnesia: op must be one of {sorted(MNESIA_OPS)} or transaction; got {op!r}"
+            )
+        try:
+            return {"result": getattr(db, op)(**args)}
+        except TypeError as exc:
+            raise ValueError(f"mnesia {op}: {exc}") from None
 
     def _start_stats(self) -> Any:
         return NodeStats.start_link(self.parts.monitor, self.config, self._app_weight)
@@ -314,6 +414,8 @@ class Node:
             ("POST", "/gossip/elect"): self._elect,
             ("POST", "/gossip/elect_once"): self._elect_once,
             ("POST", "/debug/block"): self._block,
+            ("GET", "/mnesia"): lambda _body: self.mnesia_status(),
+            ("POST", "/mnesia"): self._mnesia_call,
             ("POST", "/cluster/join"): self._join,
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,

@@ -12,6 +12,7 @@
     control: 127.0.0.1:7101
     tree: ./app-tree.yaml
     alarms: {memory_high_watermark: 0.4, disk_free_limit: 50MB}
+    mnesia: {merge: autoheal, fsync: commit}   # optional: run the replicated store
 
 Every mistake raises NodeConfigError naming the file, the key path and what was expected, the
 same way tree files do. Relative paths are taken from the config file's directory.
@@ -47,7 +48,10 @@ _KEYS = (
     "tree",
     "alarms",
     "gossip",
+    "mnesia",
 )
+_MNESIA_KEYS = ("merge", "fsync", "force_load", "load_timeout", "extra_db_nodes")
+MERGE_MODES = ("none", "autoheal", "lww")
 _ALARM_KEYS = ("memory_high_watermark", "disk_free_limit")
 _GOSSIP_KEYS = (
     "exchange",
@@ -120,6 +124,24 @@ class GossipOptions:
 
 
 @dataclass(frozen=True)
+class MnesiaOptions:
+    """The node's mnesia_like store (docs/mnesia_like.md). `merge` None: derived from the
+    partition handling (ignore: none; otherwise autoheal, so the side that paused or lost
+    reloads from the winner); `extra_db_nodes` None: the configured cluster's other nodes."""
+
+    merge: str | None = None
+    fsync: str | float = "commit"
+    force_load: bool = False
+    load_timeout: float = 30.0
+    extra_db_nodes: tuple[str, ...] | None = None
+
+    def merge_for(self, partition_handling: PartitionHandling) -> str:
+        if self.merge is not None:
+            return self.merge
+        return "none" if partition_handling.mode == "ignore" else "autoheal"
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """A checked node config. `peers` maps each other node to how THIS node reaches it."""
 
@@ -135,6 +157,7 @@ class NodeConfig:
     tree: TreeSpec | None = None
     alarms: Alarms = field(default_factory=Alarms)
     gossip: GossipOptions = field(default_factory=GossipOptions)
+    mnesia: MnesiaOptions | None = None  # None: the node runs no store
     file: Path | None = field(default=None, compare=False)
 
     @property
@@ -187,6 +210,7 @@ class _NodeChecker(ConfigChecker):
             tree=self.tree(data),
             alarms=self.alarms(data),
             gossip=self.gossip(data),
+            mnesia=self.mnesia(data),
             file=Path(self.file),
         )
 
@@ -350,6 +374,49 @@ class _NodeChecker(ConfigChecker):
                     self.fail(f"gossip.{key}", "true or false", show(value), at=(section, key))
                 values[key] = value
         return GossipOptions(**values)
+
+    def mnesia(self, data: dict) -> MnesiaOptions | None:
+        if "mnesia" not in data:
+            return None
+        section = data["mnesia"]
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            self.fail("mnesia", "a mapping (`mnesia: {}` for the defaults)", typed(section))
+        self.check_keys(section, "mnesia", _MNESIA_KEYS)
+        values: dict[str, Any] = {}
+        if "merge" in section:
+            merge = section["merge"]
+            if merge not in MERGE_MODES:
+                self.fail("mnesia.merge", f"one of {', '.join(MERGE_MODES)}", show(merge))
+            values["merge"] = merge
+        if "fsync" in section:
+            fsync = section["fsync"]
+            if fsync in ("commit", "none"):
+                values["fsync"] = fsync
+            else:
+                try:
+                    values["fsync"] = self.duration(section, "mnesia", "fsync", allow_zero=False)
+                except ConfigError:
+                    self.fail(
+                        "mnesia.fsync", 'commit, none, or an interval such as "1s"', show(fsync)
+                    )
+        if "force_load" in section:
+            if not isinstance(section["force_load"], bool):
+                self.fail("mnesia.force_load", "true or false", show(section["force_load"]))
+            values["force_load"] = section["force_load"]
+        if "load_timeout" in section:
+            values["load_timeout"] = self.duration(
+                section, "mnesia", "load_timeout", allow_zero=False
+            )
+        if "extra_db_nodes" in section:
+            nodes = section["extra_db_nodes"]
+            if not isinstance(nodes, list) or not all(
+                isinstance(n, str) and NODE_NAME.match(n) for n in nodes
+            ):
+                self.fail("mnesia.extra_db_nodes", "a list of node names name@host", show(nodes))
+            values["extra_db_nodes"] = tuple(nodes)
+        return MnesiaOptions(**values)
 
     def alarms(self, data: dict) -> Alarms:
         alarms = data.get("alarms")

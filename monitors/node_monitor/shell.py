@@ -35,6 +35,7 @@ from monitors.node_monitor.status import ClusterStatus, read_cluster_status, wri
 from supervisors import Process
 
 log = logging.getLogger("monitors.node_monitor")
+MAX_STORE_EVENTS = 50  # the store's system events kept for the control API
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class NodeMonitor(Process):
         self._timers = CoreTimers(self)
         self._subscribers: dict[str, Any] = {}
         self._connecting: set[str] = set()
+        self._store_events: list[dict[str, Any]] = []
         self._app_jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._app_thread: threading.Thread | None = None
         self.core: NodeMonitorCore | None = None
@@ -169,6 +171,26 @@ class NodeMonitor(Process):
         """Raise or clear a resource alarm on this node; peers are told."""
         assert self.core is not None
         self._perform(self.core.set_alarm(resource, active, time.monotonic()))
+
+    def store_event(self, kind: str, node: str, detail: Any = None) -> None:
+        """A system event of the node's replicated store (mnesia_like), which subscribes this
+        monitor first, as rabbit_node_monitor subscribes to Mnesia's system events.
+
+        Logged, and kept (the last MAX_STORE_EVENTS) for `store_events()`. Unlike
+        rabbit_node_monitor, inconsistent_database does not feed partition detection: the
+        core detects partitions itself from the dist layer (each side saw the other down),
+        and the store heals itself (its `merge` setting)."""
+        if kind == "inconsistent_database":
+            log.warning(
+                "node monitor: the store reports inconsistent_database(%s, %s)", detail, node
+            )
+        else:
+            log.info("node monitor: store event %s %s %s", kind, node, detail if detail else "")
+        self._store_events.append({"kind": kind, "node": node, "detail": detail, "at": time.time()})
+        del self._store_events[:-MAX_STORE_EVENTS]
+
+    def store_events(self) -> list[dict[str, Any]]:
+        return list(self._store_events)
 
     def set_weight(self, n: int) -> None:
         """Autoheal weight: how much this node's partition is worth keeping (default: the

@@ -452,6 +452,10 @@ class Cluster:
 
     # -- observing -----------------------------------------------------------------------
 
+    def client(self, node: str) -> ControlClient:
+        """The node's control API client (status, gossip, mnesia, ...)."""
+        return self._clients[self.resolve(node)]
+
     def status(self, node: str) -> dict[str, Any]:
         """The node's cluster status from its control API (raises ControlError if down)."""
         return self._clients[self.resolve(node)].status()

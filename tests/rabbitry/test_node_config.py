@@ -248,3 +248,42 @@ def test_gossip_mistakes(tmp_path: Path, extra: str, key_path: str, fragment: st
         load_node_config(_write(tmp_path, _minimal(extra)))
     assert caught.value.key_path == key_path
     assert fragment in str(caught.value)
+
+
+def test_the_mnesia_section(tmp_path: Path) -> None:
+    _cookie(tmp_path)
+    assert load_node_config(_write(tmp_path, _minimal())).mnesia is None  # no store
+    config = load_node_config(_write(tmp_path, _minimal("mnesia: {}\n")))
+    assert config.mnesia is not None
+    assert config.mnesia.merge_for(config.partition_handling) == "none"  # ignore: stay split
+    assert (config.mnesia.fsync, config.mnesia.force_load) == ("commit", False)
+    body = _minimal(
+        "partition_handling: pause_minority\nmnesia:\n  fsync: 1s\n  force_load: true\n"
+        "  load_timeout: 5s\n  extra_db_nodes: [b@127.0.0.1]\n"
+    )
+    config = load_node_config(_write(tmp_path, body))
+    options = config.mnesia
+    assert options is not None and options.merge_for(config.partition_handling) == "autoheal"
+    assert (options.fsync, options.force_load, options.load_timeout) == (1.0, True, 5.0)
+    assert options.extra_db_nodes == ("b@127.0.0.1",)
+    config = load_node_config(_write(tmp_path, _minimal("mnesia: {merge: lww}\n")))
+    assert config.mnesia is not None and config.mnesia.merge_for(config.partition_handling) == "lww"
+
+
+@pytest.mark.parametrize(
+    ("extra", "key_path", "fragment"),
+    [
+        ("mnesia: 3\n", "mnesia", "a mapping"),
+        ("mnesia: {merge: newest}\n", "mnesia.merge", "autoheal"),
+        ("mnesia: {fsync: sometimes}\n", "mnesia.fsync", "commit, none"),
+        ("mnesia: {force_load: 1}\n", "mnesia.force_load", "true or false"),
+        ("mnesia: {extra_db_nodes: [b]}\n", "mnesia.extra_db_nodes", "name@host"),
+        ("mnesia: {mergee: lww}\n", "mnesia.mergee", "merge"),
+    ],
+)
+def test_mnesia_mistakes(tmp_path: Path, extra: str, key_path: str, fragment: str) -> None:
+    _cookie(tmp_path)
+    with pytest.raises(NodeConfigError) as caught:
+        load_node_config(_write(tmp_path, _minimal(extra)))
+    assert caught.value.key_path == key_path
+    assert fragment in str(caught.value)
