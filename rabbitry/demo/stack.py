@@ -225,7 +225,11 @@ class DemoStack:
             wait_replicas=self.wait_replicas,
             data_root=self.executors_root,
         )
-        self.spark = builder.getOrCreate()
+        try:
+            self.spark = builder.getOrCreate()
+        except BaseException:  # Ctrl-C while the JVM starts: do not leave it behind
+            _kill_gateway()
+            raise
         self.spark.sparkContext.setLogLevel("ERROR")
         return self.spark
 
@@ -351,6 +355,20 @@ class DemoStack:
             if servers is not None:
                 with contextlib.suppress(Exception):
                     servers.stop()
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Last resort: kill any process of ours still naming the stack's directory. A
+        Ctrl-C while pyspark launches its JVM loses the handle on it (it ignores SIGINT
+        and only exits when it has begun watching our pipe)."""
+        import psutil
+
+        root = str(self.root)
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if any(root in part for part in child.cmdline()):
+                    log.warning("stopping a leftover process %s: %s", child.pid, child.name())
+                    child.kill()
 
     def _wait_executors_gone(self, timeout: float) -> None:
         """The executors' sidecars leave the cluster when their daemons end; give them the
@@ -358,3 +376,15 @@ class DemoStack:
         deadline = time.monotonic() + timeout
         while self.executor_infos() and time.monotonic() < deadline:
             time.sleep(0.2)
+
+
+def _kill_gateway() -> None:
+    """Kill the JVM pyspark started for a SparkContext that never came up (its process is
+    the gateway's `proc`); a started context is stopped with spark.stop() instead."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(10)

@@ -57,3 +57,41 @@ def test_demo_quick_holds_exactly_once_and_writes_its_report(tmp_path: Path) -> 
         ["pgrep", "-f", str(tmp_path / "work")], check=False, capture_output=True, text=True
     ).stdout.split()
     assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
+    require_spark()
+    redis_server_binary()
+    import signal
+    import time
+
+    work = tmp_path / "work"
+    WORK = ["--work-dir", str(work)]
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "rabbitry", "demo", "--quick", "--out-dir", str(tmp_path), *WORK],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:  # the view prints a line per phase when not on a terminal
+            if "starting Spark" in line:
+                break
+        time.sleep(2)  # the redis-servers, the failover tree and the nodes all run now
+        assert subprocess.run(["pgrep", "-f", str(work)], check=False, capture_output=True).stdout
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(60) == 130
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+
+    def leftovers() -> list[str]:
+        found = subprocess.run(["pgrep", "-af", str(work)], check=False, capture_output=True)
+        return found.stdout.decode().splitlines()
+
+    # a process told to stop may take a moment to be gone (a JVM's shutdown hooks)
+    deadline = time.monotonic() + 15
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not leftovers(), f"processes left behind after Ctrl-C: {leftovers()}"
