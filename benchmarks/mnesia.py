@@ -1,4 +1,4 @@
-"""mnesia_like benchmarks. Disc figures so far (transaction figures are to come):
+"""mnesia_like benchmarks: the disc log, and the store's transactions and dirty writes.
 
 1. Appends per second with fsync per commit: `TableLog.append_commit` of one small entry per
    commit under fsync="commit", next to Redis `SET` with `appendonly yes, appendfsync always`,
@@ -14,7 +14,27 @@
    are in the page cache (they were just written): this is the CPU side of a start, not the
    disc's read speed.
 
-Usage: python benchmarks/mnesia.py [--quick] [--rounds 3] [--commits 2000] [--records 100000]
+3. Transactions per second with p50/p99 latency (part "tx"), with 1 and with 3 disc replicas:
+   1 or 3 stores (`Mnesia`), each on its own NetKernel on loopback, all in this one process
+   (one GIL for the three stores and the clients: a real cluster has one store per OS
+   process). The table has disc copies on every node, fsync="commit". Each transaction is a
+   counter increment: read one small record, write it back + 1. Each client thread has its
+   own keys, so there are no lock conflicts unless --shared-keys is given; restarts are
+   counted (fn runs once per attempt). Clients all call node a (the coordinator). Next to it,
+   Redis `SET` (appendfsync always) with the same number of client threads, measured in the
+   same round (rounds alternate ours / Redis). A client issues its next request when the
+   previous one was answered; the figures are medians over rounds, the latencies are the
+   percentiles of the round with the median rate.
+4. dirty_write per second (part "dirty"), 1 and 3 disc replicas, same set-up and baseline.
+   A dirty_write is answered once this node's disc copy has it (fsynced); the other replicas
+   get it asynchronously. So with 3 replicas the run also waits until every replica has the
+   last write of every client, and reports the rate up to then as "replicated".
+
+Parts: appends, load, tx, dirty (default: all). Ratios are ours/Redis (goal >= 1.0).
+
+Usage: python benchmarks/mnesia.py [--quick] [--part appends|load|tx|dirty] [--rounds 3]
+           [--commits 2000] [--records 100000] [--seconds 3] [--clients 1,4]
+           [--replicas 1,3] [--shared-keys 0] [--profile out.prof]
            [--dir /path/on/the/disc/to/measure]
 """
 
@@ -22,21 +42,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
+import os
+import pstats
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pykka
 import redis
 
+from mnesia_like import Mnesia, Schema
 from mnesia_like.disc_log import TableLog
+from monitors.dist import NetKernel
 
 
 def free_port() -> int:
@@ -138,14 +166,13 @@ def median(fn: Callable[[], float], rounds: int) -> float:
     return statistics.median(fn() for _ in range(rounds))
 
 
-def bench_appends(root: Path, rounds: int, commits: int) -> None:
+def bench_appends(root: Path, client: redis.Redis, rounds: int, commits: int) -> None:
     """Figure 1: fsync-per-commit appends next to Redis SET with appendfsync always."""
     ours: list[float] = []
     theirs: list[float] = []
-    with redis_always(root / "redis") as client:
-        for r in range(rounds):
-            ours.append(our_append_rate(root / "tables", commits, f"append{r}"))
-            theirs.append(redis_set_rate(client, commits))
+    for r in range(rounds):
+        ours.append(our_append_rate(root / "tables", commits, f"append{r}"))
+        theirs.append(redis_set_rate(client, commits))
     o, t = statistics.median(ours), statistics.median(theirs)
     print(f"append, fsync per commit ({commits:,} x 1 record): ours {o:,.0f}/s")
     print(f"redis SET, appendfsync always ({commits:,} SETs): {t:,.0f}/s")
@@ -171,27 +198,390 @@ def bench_load(root: Path, rounds: int, records: int, tail: int = 1000) -> None:
     )
 
 
+# ----------------------------------------------------------------- the store: tx and dirty
+
+COOKIE = b"bench-mnesia-cookie"
+TABLE = "bench"
+STORE_OPTIONS = {"startup_timeout": 0.3, "reconnect_interval": 0.2, "load_timeout": 5.0}
+
+
+@dataclass
+class Run:
+    """One timed run of client threads: operations, wall seconds, per-op latencies (s)."""
+
+    ops: int
+    seconds: float
+    latencies: list[float]
+    restarts: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.seconds
+
+    def pct(self, q: float) -> float:
+        lat = sorted(self.latencies)
+        return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
+
+
+FSYNCS = [0]  # fdatasync calls in this process (the stores' disc logs), see count_fsyncs
+
+
+@contextlib.contextmanager
+def count_fsyncs() -> Iterator[None]:
+    """Count os.fdatasync calls (instrumentation only: each call still goes through)."""
+    real = os.fdatasync
+
+    def counted(fd: int) -> None:
+        FSYNCS[0] += 1  # a lost increment under a race only makes the count a little low
+        real(fd)
+
+    os.fdatasync = counted
+    try:
+        yield
+    finally:
+        os.fdatasync = real
+
+
+def run_clients(threads: int, seconds: float, op: Callable[[int, int], None]) -> Run:
+    """`threads` client threads call op(thread, i) back to back for `seconds`; each
+    thread issues its next call when the previous one returned."""
+    barrier = threading.Barrier(threads + 1)
+    stop = threading.Event()
+    lats: list[list[float]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+
+    def client(t: int) -> None:
+        mine = lats[t]
+        clock = time.perf_counter
+        barrier.wait()
+        i = 0
+        try:
+            while not stop.is_set():
+                start = clock()
+                op(t, i)
+                mine.append(clock() - start)
+                i += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(threads)]
+    for w in workers:
+        w.start()
+    fsyncs = FSYNCS[0]
+    barrier.wait()
+    start = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join(60)
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"a client failed: {errors[0]!r}") from errors[0]
+    merged = [x for lat in lats for x in lat]
+    run = Run(len(merged), elapsed, merged)
+    run.extra["fsyncs"] = FSYNCS[0] - fsyncs
+    return run
+
+
+def redis_set_run(client: redis.Redis, threads: int, seconds: float) -> Run:
+    """Redis SET (appendfsync always: each reply after the AOF fsync) from `threads` clients,
+    each with its own connection from the client's pool."""
+    client.flushall()
+    values = [json.dumps(entry(i), separators=(",", ":")) for i in range(100)]
+    return run_clients(
+        threads, seconds, lambda t, i: client.set(f"k{t}-{i % 1000}", values[i % 100])
+    )
+
+
+@contextlib.contextmanager
+def store_cluster(root: Path, replicas: int) -> Iterator[list[Schema]]:
+    """`replicas` stores, each on its own NetKernel on loopback (in this process), with a
+    table TABLE of disc copies on all of them (fsync per commit). Stopped on exit."""
+    names = [f"{x}@127.0.0.1" for x in "abc"[:replicas]]
+    kernels: list[NetKernel] = []
+    stores: list[Any] = []
+    data = Path(tempfile.mkdtemp(prefix=f"store{replicas}-", dir=root))
+    try:
+        for name in names:
+            ref = NetKernel.start(name, "127.0.0.1:0", COOKIE, net_ticktime=8.0)
+            kernels.append(NetKernel.of(ref))
+        for k in kernels:
+            for other in kernels:
+                if other is not k:
+                    k.set_address(other.node, other.address)
+        for name, k in zip(names, kernels, strict=True):
+            extra = [n for n in names if n != name]
+            stores.append(
+                Mnesia.start(
+                    k.actor_ref,
+                    data / name,
+                    extra_db_nodes=extra,
+                    fsync="commit",
+                    **STORE_OPTIONS,
+                )
+            )
+        dbs = [Schema(ref, timeout=30.0) for ref in stores]
+        deadline = time.monotonic() + 20
+        while any(len(db.system_info("running_db_nodes")) < replicas for db in dbs):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {replicas} stores did not see each other in 20 s")
+            time.sleep(0.02)
+        dbs[0].create_table(TABLE, attributes=["key", "value"], disc_copies=names)
+        for db in dbs:
+            db.wait_for_tables([TABLE], timeout=20)
+        yield dbs
+    finally:
+        for ref in stores:
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.stop()
+        for k in kernels:
+            with contextlib.suppress(pykka.ActorDeadError):
+                k.actor_ref.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def tx_run(db: Schema, threads: int, seconds: float, shared_keys: int, base: int) -> Run:
+    """Counter increments as transactions: read one record, write it back + 1."""
+    attempts = [0] * threads
+
+    def op(t: int, i: int) -> None:
+        key = f"s{i % shared_keys}" if shared_keys else f"c{base + t}-{i % 50}"
+
+        def bump(tx: Any) -> None:
+            attempts[t] += 1
+            row = tx.read(TABLE, key)
+            tx.write(TABLE, {"key": key, "value": (row["value"] if row else 0) + 1})
+
+        db.transaction(bump)
+
+    run = run_clients(threads, seconds, op)
+    run.restarts = sum(attempts) - run.ops
+    return run
+
+
+def dirty_run(dbs: list[Schema], threads: int, seconds: float, base: int) -> Run:
+    """dirty_write of one small record per call, on node a; then (several replicas) wait
+    until every replica has every client's last write."""
+    last: dict[str, int] = {}
+
+    def op(t: int, i: int) -> None:
+        key = f"d{base + t}-{i % 50}"
+        dbs[0].dirty_write(TABLE, {"key": key, "value": i})
+        last[key] = i  # only thread t writes its keys
+
+    start = time.perf_counter()
+    run = run_clients(threads, seconds, op)
+    if len(dbs) > 1:
+        deadline = time.monotonic() + 120
+        for db in dbs[1:]:
+            for key, value in last.items():
+                while (db.dirty_read(TABLE, key) or {}).get("value") != value:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"replica missing {key}={value} after 120 s")
+                    time.sleep(0.005)
+        # Each client's last write of a key is the last one a replica applies for it, and
+        # a replica's dirty messages from a arrive in order, so all writes are in by now.
+        run.extra["replicated_rate"] = run.ops / (time.perf_counter() - start)
+    return run
+
+
+def check_counters(dbs: list[Schema], committed: int) -> None:
+    """Every replica's counters add up to the committed transactions (none lost, none twice)."""
+    for db in dbs:
+        rows = db.dirty_match(TABLE, {})
+        total = sum(r["value"] for r in rows if not str(r["key"]).startswith("d"))
+        if total != committed:
+            raise AssertionError(f"counters add up to {total}, expected {committed}")
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.2f} ms"
+
+
+def verdict(ratio: float) -> str:
+    if ratio >= 1.0:
+        return "goal met"
+    if ratio >= 0.5:
+        return "below the goal"
+    return "POOR: well below the goal"
+
+
+def report(label: str, ours: list[Run], theirs: list[Run], what: str) -> None:
+    """Median rate of our rounds and of Redis's, the latencies of the median round, ratios."""
+    o = sorted(ours, key=lambda r: r.rate)[len(ours) // 2]
+    t = sorted(theirs, key=lambda r: r.rate)[len(theirs) // 2]
+    restarts = sum(r.restarts for r in ours)
+    ops = sum(r.ops for r in ours)
+    line = f"{label}: {o.rate:,.0f}/s  p50 {ms(o.pct(0.5))}  p99 {ms(o.pct(0.99))}"
+    if what == "tx":
+        line += f"  restarts {restarts} in {ops:,} tx"
+    fsyncs = sum(r.extra["fsyncs"] for r in ours)
+    line += f"  fdatasync/op {fsyncs / max(ops, 1):.1f}"
+    print(line)
+    if "replicated_rate" in o.extra:
+        rep = statistics.median(r.extra["replicated_rate"] for r in ours)
+        print(
+            f"    until every replica has them: {rep:,.0f}/s  (ratio to redis {rep / t.rate:.2f})"
+        )
+    print(
+        f"    redis SET, same clients: {t.rate:,.0f}/s  p50 {ms(t.pct(0.5))}  p99 {ms(t.pct(0.99))}"
+    )
+    ratio = o.rate / t.rate
+    print(
+        f"    ratio ours/redis = {ratio:.2f} ({verdict(ratio)}); "
+        f"latency p50 x{o.pct(0.5) / t.pct(0.5):.1f}, p99 x{o.pct(0.99) / t.pct(0.99):.1f}"
+    )
+
+
+def load_note() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+def bench_store(
+    root: Path,
+    client: redis.Redis,
+    what: str,
+    *,
+    rounds: int,
+    seconds: float,
+    clients: list[int],
+    replicas: list[int],
+    shared_keys: int,
+) -> None:
+    """Figures 3 (what="tx") and 4 (what="dirty"): rounds alternate ours / Redis SET."""
+    print(f"-- {what}: {load_note()} at start")
+    for n in replicas:
+        with store_cluster(root, n) as dbs:
+            base = 0
+            committed = 0
+            for threads in clients:  # warm up: connections, first fsyncs, code paths
+                if what == "tx":
+                    committed += tx_run(dbs[0], threads, 0.3, shared_keys, base).ops
+                else:
+                    dirty_run(dbs, threads, 0.3, base)
+            ours: dict[int, list[Run]] = {c: [] for c in clients}
+            theirs: dict[int, list[Run]] = {c: [] for c in clients}
+            for _ in range(rounds):
+                for threads in clients:
+                    base += threads
+                    if what == "tx":
+                        ours[threads].append(tx_run(dbs[0], threads, seconds, shared_keys, base))
+                    else:
+                        ours[threads].append(dirty_run(dbs, threads, seconds, base))
+                    theirs[threads].append(redis_set_run(client, threads, seconds))
+            if what == "tx":
+                committed += sum(r.ops for runs in ours.values() for r in runs)
+                check_counters(dbs, committed)
+            for threads in clients:
+                kind = "tx (read + write 1 record)" if what == "tx" else "dirty_write (1 record)"
+                report(
+                    f"{kind}, {n} disc replica{'s' if n > 1 else ''}, {threads} client"
+                    f"{'s' if threads > 1 else ''}",
+                    ours[threads],
+                    theirs[threads],
+                    what,
+                )
+    print(f"-- {what}: {load_note()} at end  [{rounds} rounds of {seconds:g} s]")
+
+
+def profile_tx(root: Path, replicas: int, seconds: float, out: Path | None) -> None:
+    """cProfile of every thread (stores, kernels, connections, the client) while 1 client runs
+    transactions: each thread started from here on gets its own profiler, merged at the end."""
+    profiles: list[cProfile.Profile] = []
+
+    def start_profiler(*_: Any) -> None:
+        sys.setprofile(None)
+        prof = cProfile.Profile()
+        profiles.append(prof)
+        prof.enable()
+
+    threading.setprofile(start_profiler)
+    try:
+        with store_cluster(root, replicas) as dbs:
+            tx_run(dbs[0], 1, 0.3, 0, 900)
+            run = tx_run(dbs[0], 1, seconds, 0, 901)
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+    print(
+        f"-- profile: {replicas} disc replica(s), 1 client, {run.rate:,.0f} tx/s under cProfile "
+        f"({len(profiles)} threads profiled; {load_note()})"
+    )
+    stats = pstats.Stats(*profiles)
+    if out is not None:
+        stats.dump_stats(str(out))
+        print(f"   stats in {out} (python -m pstats {out})")
+    stats.sort_stats("tottime").print_stats(30)
+
+
+PARTS = ("appends", "load", "tx", "dirty")
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (a smoke run)")
+    parser.add_argument("--part", choices=PARTS, action="append", help="run only this part")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commits", type=int, default=2000, help="commits (SETs) per round")
     parser.add_argument("--records", type=int, default=100_000, help="records in the loaded table")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of a tx/dirty run")
+    parser.add_argument("--clients", type=ints, default=[1, 4], help="client threads, e.g. 1,4")
+    parser.add_argument("--replicas", type=ints, default=[1, 3], help="disc replicas, e.g. 1,3")
+    parser.add_argument(
+        "--shared-keys", type=int, default=0, help="tx: all clients bump these N keys (conflicts)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="instead of the parts: cProfile the tx path (1 client, --replicas) into this file",
+    )
     parser.add_argument(
         "--dir", type=Path, default=None, help="where to write (default: a tmp dir)"
     )
     args = parser.parse_args()
     rounds, commits = (1, 300) if args.quick else (args.rounds, args.commits)
+    seconds = min(args.seconds, 1.0) if args.quick else args.seconds
+    parts = args.part or list(PARTS)
     root = Path(tempfile.mkdtemp(prefix="bench-mnesia-", dir=args.dir))
     version = subprocess.run(
         ["redis-server", "--version"], capture_output=True, text=True, check=False
     ).stdout.split()
     print(f"python {sys.version.split()[0]}, {' '.join(version[:3])}, files in {root}")
+    print(f"{os.cpu_count()} cpus, {load_note()}")
     try:
-        bench_appends(root, rounds, commits)
-        bench_load(root, rounds, args.records)
+        if args.profile is not None:
+            for n in args.replicas:
+                profile_tx(root, n, seconds, args.profile.with_suffix(f".{n}.prof"))
+            return 0
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(count_fsyncs())
+            client = None
+            if {"appends", "tx", "dirty"} & set(parts):
+                client = stack.enter_context(redis_always(root / "redis"))
+            if "appends" in parts:
+                bench_appends(root, client, rounds, commits)
+            if "load" in parts:
+                bench_load(root, rounds, args.records)
+            for what in ("tx", "dirty"):
+                if what in parts:
+                    bench_store(
+                        root,
+                        client,
+                        what,
+                        rounds=rounds,
+                        seconds=seconds,
+                        clients=args.clients,
+                        replicas=args.replicas,
+                        shared_keys=args.shared_keys,
+                    )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
