@@ -104,6 +104,7 @@ class MnesiaCore(TxMixin):
         max_tombstones: int = 10000,
         reconnect_interval: float | None = 1.0,
         check_interval: float = 5.0,
+        anti_entropy: bool = True,
     ) -> None:
         if merge not in MERGE_MODES:
             raise BadArgument(f"merge must be one of {MERGE_MODES}, not {merge!r}")
@@ -166,6 +167,17 @@ class MnesiaCore(TxMixin):
         self._config_reqs: dict[int, dict[str, Any]] = {}
         self._rreads: dict[int, tuple[int, str, str, str, Any]] = {}
         self._tombs: dict[str, int] = {}
+        # anti-entropy: per loaded table, the digests of its buckets (records.table_sums),
+        # kept up to date as entries apply; and per (peer, table) the digests compared at
+        # the previous check, so that only a difference that outlived a check is repaired
+        self._sums: dict[str, list[int]] = {}
+        self._sync_seen: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        self._repairs = 0
+        self.anti_entropy = anti_entropy  # off only in tests that need a bare protocol
+        # tables this node dropped to reload them from another side (autoheal): they load
+        # only by copying from a running replica that has them, never from local disc (that
+        # copy is the losing side's, and its content was consumed by the first load) or empty
+        self._must_copy: set[str] = set()
         self._merge_conflicts = 0
         self._persisted: Any = None
         self._now = 0.0
@@ -392,9 +404,10 @@ class MnesiaCore(TxMixin):
         if name == "check":
             loaded = sorted(self.loaded)
             loading = sorted(t for t in self.store if t not in self.loaded)
+            sums = {t: self._sums[t] for t in loaded if t in self._sums}
             return [
                 *(
-                    self._send(n, "check", loaded=loaded, loading=loading)
+                    self._send(n, "check", loaded=loaded, loading=loading, sums=sums)
                     for n in sorted(self.running)
                 ),
                 SetTimer("check", self.check_interval),
@@ -767,9 +780,12 @@ class MnesiaCore(TxMixin):
         if not applied:
             return []
         disc_ops: list[tuple[str, Any, Any]] = []
+        sums = self._sums.get(table) if table in self.loaded else None
         for kj, entry in applied:
             old = content.get(kj)
             content[kj] = entry
+            if sums is not None:
+                sums[rec.bucket_of(kj)] ^= rec.entry_hash(kj, old) ^ rec.entry_hash(kj, entry)
             if entry["r"] is None and (old is None or old["r"] is not None):
                 self._tombs[table] = self._tombs.get(table, 0) + 1
             elif entry["r"] is not None and old is not None and old["r"] is None:
@@ -847,6 +863,7 @@ class MnesiaCore(TxMixin):
             if old is None:
                 self.store[name] = {}
                 self._tombs[name] = 0
+                self._sums[name] = [0] * rec.SYNC_BUCKETS
                 self.loaded.add(name)
                 if now_ == "disc_copies":
                     self._disc_data.pop(name, None)
@@ -870,6 +887,7 @@ class MnesiaCore(TxMixin):
         out: list[Effect] = []
         had = name in self.store or name in self._disc_data
         self.store.pop(name, None)
+        self._sums.pop(name, None)
         self.loaded.discard(name)
         self._loading.pop(name, None)
         self._disc_data.pop(name, None)
@@ -969,9 +987,18 @@ class MnesiaCore(TxMixin):
         else:
             self.marks.discard(sender)
             if self.inconsistent.get(sender, inc) == inc and sender in self.inconsistent:
-                # still the split incarnation: stay apart until someone heals
-                if reply is not None:
-                    out.append(reply)
+                # still the split incarnation: stay apart until someone heals. The peer
+                # must learn that we stay apart, or it counts us as running while we do not
+                # count it, and the two views never meet (check -> not_running -> hello, in
+                # a loop). Under autoheal we are the winner: ask it again to reload (our
+                # first heal_req can have been lost with the connection it went on); under
+                # none, answer with our mark so that it finds us inconsistent too.
+                if self.merge == "autoheal":
+                    if reply is not None:
+                        out.append(reply)
+                    out.append(self._send(sender, "heal_req"))
+                elif not m["reply"]:
+                    out.append(self._hello(sender, reply=True, mark=True))
                 return out + self._persist()
             self.inconsistent.pop(sender, None)
         if reply is not None:
@@ -1109,9 +1136,15 @@ class MnesiaCore(TxMixin):
         self._hello_sent.clear()
         self.inconsistent.pop(winner, None)
         self.marks.discard(winner)
+        self._must_copy |= {t for t, d in self.tables.items() if self.node in sch.copies(d)}
         for table in list(self.store):
-            self.store.pop(table)
+            content = self.store.pop(table)
+            if self._is_disc(table) and table in self.loaded:
+                # what our disc holds: the last resort if no replica is left to copy from
+                self._disc_data[table] = content
         self.loaded.clear()
+        self._sums.clear()
+        self._sync_seen.clear()
         self._loading.clear()
         self._heal_side = {winner}
         if winner in self.connected:
@@ -1123,7 +1156,86 @@ class MnesiaCore(TxMixin):
     def _on_check(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
         self.peer_loaded[sender] = set(str_list(m["loaded"]) or [])
         self.peer_loading[sender] = set(str_list(m["loading"]) or [])
-        return self._try_loads() + self._check_waiters()
+        out = self._try_loads() + self._check_waiters()
+        sums = m.get("sums")
+        if isinstance(sums, dict) and self.anti_entropy:
+            out += self._compare_sums(sender, sums)
+        return out
+
+    # ---- anti-entropy
+
+    def _compare_sums(self, sender: str, sums: dict[str, Any]) -> list[Effect]:
+        """Anti-entropy: two running replicas of a loaded table whose bucket digests differ
+        at two checks in a row, with neither side's digest of that bucket changed in between
+        (so no write was in flight), hold different content. That happens when a write
+        reached only part of a replica set that is not fully connected (a partial
+        partition: nobody saw anybody down between the replicas that differ, so no
+        inconsistent_database fires), when a node that loaded its own copy while cut off
+        rejoins peers that saw it go down but that it did not see go down, or when
+        autoheal reloads cross. Both sides then exchange the bucket's entries and keep the
+        newest per key, as the lww merge does. The node with the smaller name starts it."""
+        out: list[Effect] = []
+        if self.node > sender:
+            return out
+        for table, theirs in sorted(sums.items()):
+            mine = self._sums.get(table)
+            if mine is None or table not in self.loaded or not rec.sums_ok(theirs):
+                continue
+            prev = self._sync_seen.get((sender, table))
+            self._sync_seen[(sender, table)] = (list(theirs), list(mine))
+            if prev is None:
+                continue
+            buckets = [
+                b
+                for b in range(rec.SYNC_BUCKETS)
+                if theirs[b] != mine[b] and prev[0][b] == theirs[b] and prev[1][b] == mine[b]
+            ]
+            if buckets:
+                self._repairs += 1
+                out.append(
+                    Log.warning(
+                        "anti-entropy: a replica differs from ours; exchanging entries",
+                        table=table,
+                        node=sender,
+                        buckets=len(buckets),
+                    )
+                )
+                out += self._send_sync(sender, table, buckets, reply=True)
+        return out
+
+    def _send_sync(self, peer: str, table: str, buckets: list[int], reply: bool) -> list[Effect]:
+        wanted = set(buckets)
+        content = {kj: e for kj, e in self.store[table].items() if rec.bucket_of(kj) in wanted}
+        out: list[Effect] = []
+        for chunk, last in self._chunks(content):
+            out.append(
+                self._send(
+                    peer,
+                    "sync",
+                    table=table,
+                    buckets=sorted(wanted),
+                    entries=chunk,
+                    reply=reply and last,
+                )
+            )
+        return out
+
+    def _on_sync(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        table = m["table"]
+        if table not in self.store:
+            return []
+        entries = [e for e in m["entries"] if _entry_pair_ok(e)]
+        before = self._sums.get(table, [])[:]
+        # every active replica is a target: a repair is not forwarded (each pair repairs)
+        out = self._apply_entries(
+            table, entries, sorted(self._write_view(table) | {sender}), forward=False
+        )
+        if self._sums.get(table, []) != before:
+            out.append(Log.warning("anti-entropy: newer entries taken", table=table, node=sender))
+        buckets = [b for b in m["buckets"] if isinstance(b, int) and 0 <= b < rec.SYNC_BUCKETS]
+        if m["reply"] and table in self.loaded and buckets:
+            out += self._send_sync(sender, table, buckets, reply=False)
+        return out
 
     def _on_not_running(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
         """The peer does not count us as running: drop it (with a mark, as after a nodedown,
@@ -1208,6 +1320,19 @@ class MnesiaCore(TxMixin):
             return self._start_copy(table, sources[0])
         if not self._startup_done or self._heal_side:
             return []
+        others = sch.copies(d) - {self.node}
+        if table in self._must_copy and not (
+            others <= self.running
+            and all(
+                table not in self.peer_loaded.get(n, ())
+                and table not in self.peer_loading.get(n, ())
+                for n in others
+            )
+        ):
+            # reloading after autoheal: wait for a replica of the winning side to have it;
+            # only if every replica is back and none has it (each of them reloading, in a
+            # cascade of heals) do the rules below pick one to load from its disc
+            return self._waiting(table, sorted(others - self.running) or sorted(others))
         if self.force_load:
             return self._load_local(table, "force_load")
         if self.node in d["disc"]:
@@ -1287,6 +1412,8 @@ class MnesiaCore(TxMixin):
 
     def _loaded(self, table: str, how: str) -> list[Effect]:
         self.loaded.add(table)
+        self._must_copy.discard(table)
+        self._sums[table] = rec.table_sums(self.store[table])
         self._wait_logged.discard(table)
         out: list[Effect] = [
             CancelTimer(f"load_wait:{table}"),
@@ -1387,6 +1514,7 @@ _HANDLERS: dict[str, str] = {  # message type -> method (looked up per call: sub
     "copy_chunk": "_on_copy_chunk",
     "copy_nak": "_on_copy_nak",
     "merge_chunk": "_on_merge_chunk",
+    "sync": "_on_sync",
     "dirty": "_on_dirty",
     "rread": "_on_rread",
     "rread_r": "_on_rread_r",
@@ -1406,7 +1534,17 @@ _HANDLERS: dict[str, str] = {  # message type -> method (looked up per call: sub
 # (lock, prepare, copy_req, rread) get a negative answer instead, and transaction answers and
 # outcome questions pass: they must cross a reconnect to end a transaction.
 _NEEDS_RUNNING = frozenset(
-    {"loaded", "loading", "unloaded", "copy_chunk", "merge_chunk", "dirty", "rread_r", "check"}
+    {
+        "loaded",
+        "loading",
+        "unloaded",
+        "copy_chunk",
+        "merge_chunk",
+        "sync",
+        "dirty",
+        "rread_r",
+        "check",
+    }
 )
 
 _REQUESTS: dict[str, Callable[..., list[Effect]]] = {

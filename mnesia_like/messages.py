@@ -31,7 +31,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     },
     "leave": {},
     "heal_req": {},
-    "check": {"loaded": "list", "loading": "list"},
+    "check": {"loaded": "list", "loading": "list"},  # optional "sums": {table: digests}
     "not_running": {},
     "loaded": {"tables": "list"},
     "loading": {"tables": "list"},
@@ -41,6 +41,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "copy_chunk": {"table": "str", "rid": "int", "entries": "list", "last": "bool"},
     "copy_nak": {"table": "str", "rid": "int"},
     "merge_chunk": {"table": "str", "entries": "list", "last": "bool"},
+    "sync": {"table": "str", "buckets": "list", "entries": "list", "reply": "bool"},
     # dirty operations
     "dirty": {"table": "str", "entries": "list", "to": "list", "fwd": "bool"},
     "rread": {"rid": "int", "table": "str", "op": "str", "arg": "any"},

@@ -16,8 +16,10 @@ wildcards, as Mnesia's '_'), and `select` is a small JSON spec (see `check_selec
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -115,6 +117,43 @@ def entry_ok(entry: Any) -> bool:
         and not isinstance(s[0], bool)
         and isinstance(s[1], str)
         and (r is None or isinstance(r, dict))
+    )
+
+
+# ---------------------------------------------------------------------------- anti-entropy sums
+
+SYNC_BUCKETS = 64  # keys are spread over this many buckets; each has its own digest
+
+
+def bucket_of(kj: str) -> int:
+    """The anti-entropy bucket of a key (stable across processes and versions)."""
+    return zlib.crc32(kj.encode()) % SYNC_BUCKETS
+
+
+def entry_hash(kj: str, entry: Entry | None) -> int:
+    """A live entry's contribution to its bucket's digest (XOR-combined, so it can be
+    updated in place). Tombstones count as nothing: a replica that pruned one and a replica
+    that keeps it agree, and a live record against a tombstone still differs."""
+    if entry is None or entry["r"] is None:
+        return 0
+    text = f"{kj}\x00{entry['s'][0]}\x00{entry['s'][1]}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+
+def table_sums(content: Mapping[str, Entry]) -> list[int]:
+    """Per-bucket digests of a table's live entries (by key and stamp)."""
+    sums = [0] * SYNC_BUCKETS
+    for kj, entry in content.items():
+        if entry["r"] is not None:
+            sums[bucket_of(kj)] ^= entry_hash(kj, entry)
+    return sums
+
+
+def sums_ok(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == SYNC_BUCKETS
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     )
 
 

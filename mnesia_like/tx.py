@@ -632,6 +632,11 @@ class TxMixin:
             return []
         state = m["state"]
         if state == "committed":
+            # The replica set of the prepare is stale: a replica of it may have reloaded its
+            # tables since (an autoheal loser, the coordinator itself, drops its copy and
+            # copies it back from one of us, who had not applied this yet). Forward to every
+            # replica active now; apply-by-stamp makes a duplicate harmless.
+            part.parts = {}
             return [
                 Log.info("transaction in doubt resolved: committed", tid=tid, by=sender),
                 *self._apply_commit(tid, part),

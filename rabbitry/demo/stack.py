@@ -367,7 +367,7 @@ class DemoStack:
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 if any(root in part for part in child.cmdline()):
-                    log.warning("stopping a leftover process %s: %s", child.pid, child.name())
+                    log.info("stopping a leftover process %s: %s", child.pid, child.name())
                     child.kill()
 
     def _wait_executors_gone(self, timeout: float) -> None:

@@ -159,6 +159,7 @@ class MnesiaKind:
         self.merge = merge
         self.record = record
         self.stop_at = stop_at
+        self.options: dict[str, Any] = dict(CORE_OPTIONS)
         self._req = 0
 
     def build(self, sim: Sim, node: SimNode) -> Any:
@@ -173,7 +174,7 @@ class MnesiaKind:
             disc_tids=dict(tids),
             extra_db_nodes=[m for m in self.members if m != node.name],
             merge=self.merge,
-            **CORE_OPTIONS,
+            **self.options,
         )
         core.record = self.record
         node.state["pending"] = None
@@ -366,8 +367,8 @@ class MnesiaRun:
                 s.describe(),
                 "last 80 trace entries:",
                 self.sim.format_trace(80),
-                "replay: tests.sim.mnesia.run_schedule(tests.sim.mnesia.generate("
-                f"{s.seed}, {len(s.nodes)}, {s.merge!r}))",
+                f"replay: python -m tests.sim.mnesia --seed {s.seed} --nodes {len(s.nodes)} "
+                f"--merge {s.merge} --trace 400",
             ]
         )
 
@@ -400,10 +401,13 @@ def _heal_everything(sim: Sim) -> None:
         sim.boot(*dead)
 
 
-def prepare(schedule: MnesiaSchedule, trace_len: int | None = 300) -> MnesiaRun:
+def prepare(
+    schedule: MnesiaSchedule, trace_len: int | None = 300, **core_options: Any
+) -> MnesiaRun:
     sim = Sim(schedule.seed, net=NetConfig(net_ticktime=1.0), trace_len=trace_len)
     record = Record()
     kind = MnesiaKind(list(schedule.nodes), schedule.merge, record, stop_at=schedule.heal_at)
+    kind.options = {**CORE_OPTIONS, **core_options}
     sim.add_kind(kind)
     for name in schedule.nodes:
         sim.add_node(name)
@@ -481,3 +485,73 @@ def sweep_scale() -> float:
         return float(os.environ.get("RABBITRY_SIM_SCALE", "1"))
     except ValueError:
         return 1.0
+
+
+def run_seed(
+    seed: int, n_nodes: int, merge: str, **core_options: Any
+) -> tuple[MnesiaRun, Violation | None]:
+    """Run one named schedule; the run and its violation (None if every invariant held)."""
+    schedule = generate(seed, n_nodes, merge)
+    run = prepare(schedule, **core_options)
+    try:
+        run.sim.run_until(schedule.end)
+        check_end(run)
+    except Violation as v:
+        return run, v
+    return run, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay one schedule or sweep many:
+
+    python -m tests.sim.mnesia --seed 58 --nodes 4 --merge autoheal [--trace N]
+    python -m tests.sim.mnesia --sweep 80 --nodes 3-5 --merge all [--first 0]
+    """
+    import argparse
+    import time
+
+    p = argparse.ArgumentParser(prog="python -m tests.sim.mnesia", description=main.__doc__)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--nodes", default="3", help="a size or a range, e.g. 3-5")
+    p.add_argument("--merge", default="autoheal", help="none, autoheal, lww or all")
+    p.add_argument("--trace", type=int, default=0, help="print the last N trace entries")
+    p.add_argument("--sweep", type=int, default=0, help="run this many seeds per size and mode")
+    p.add_argument("--first", type=int, default=0, help="the first seed of a sweep")
+    a = p.parse_args(argv)
+    lo, _, hi = a.nodes.partition("-")
+    sizes = range(int(lo), int(hi or lo) + 1)
+    merges = MERGES if a.merge == "all" else (a.merge,)
+    if a.seed is not None:
+        status = 0
+        for n in sizes:
+            for merge in merges:
+                run, v = run_seed(a.seed, n, merge)
+                print(run.report(v) if v else f"ok seed={a.seed} nodes={n} merge={merge}")
+                if a.trace and not v:
+                    print(run.sim.format_trace(a.trace))
+                status |= v is not None
+        return status
+    failed = 0
+    total = 0
+    for merge in merges:
+        for n in sizes:
+            t0 = time.process_time()
+            bad = []
+            for seed in range(a.first, a.first + a.sweep):
+                _run, v = run_seed(seed, n, merge)
+                total += 1
+                if v is not None:
+                    bad.append(f"{seed} ({str(v).split(':')[0]})")
+            failed += len(bad)
+            cpu = time.process_time() - t0
+            print(
+                f"{merge:8} {n} nodes: {a.sweep} schedules, {len(bad)} failed"
+                f"{': ' + ', '.join(bad) if bad else ''} ({cpu:.1f} s CPU)",
+                flush=True,
+            )
+    print(f"total: {total} schedules, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,9 +7,11 @@ schedules. A failure prints the schedule, the trace tail and the call that repla
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from tests.sim.mnesia import Violation, check_end, generate, prepare, sweep_scale
+from tests.sim.mnesia import Violation, check_end, generate, prepare, run_seed, sweep_scale
 
 # (merge, nodes) -> schedules in the default plan
 PLAN = {
@@ -24,6 +26,20 @@ PLAN = {
 # Schedules the current core is known to fail (strict xfail: a fix turns them into XPASS,
 # which fails the suite until the entry is removed). docs/mnesia_like.md says what each is.
 KNOWN_FAILURES: dict[tuple[str, int, int], str] = {}
+
+# Schedules outside the default plan that once failed, each with the root cause it found
+# (docs/mnesia_like.md). Those whose fix anti-entropy would mask run with it off.
+REGRESSIONS: dict[tuple[str, int, int], tuple[str, dict[str, Any]]] = {
+    ("autoheal", 4, 58): ("a dirty write reached part of a non-clique replica set", {}),
+    ("autoheal", 4, 37): ("a node restarted while cut off loaded its own disc copy", {}),
+    ("lww", 4, 22): ("a node restarted while cut off loaded its own disc copy", {}),
+    ("autoheal", 4, 75): ("an autoheal reload loaded the consumed local disc copy", {}),
+    ("autoheal", 5, 79): (
+        "an in-doubt commit resolved after the coordinator reloaded",
+        {"anti_entropy": False},
+    ),
+    ("autoheal", 5, 49): ("the winner's heal_req was lost; views never met", {}),
+}
 
 
 def _cases() -> list[object]:
@@ -76,3 +92,14 @@ def test_the_checker_catches_a_lost_commit() -> None:
             core.store[table][kj] = {"r": entry["r"], "s": [0, ""]}
     with pytest.raises(Violation, match="durability"):
         check_end(run)
+
+
+@pytest.mark.parametrize(
+    ("merge", "nodes", "seed"),
+    [pytest.param(*key, id=f"{key[0]}-{key[1]}-{key[2]}") for key in REGRESSIONS],
+)
+def test_regressions(merge: str, nodes: int, seed: int) -> None:
+    _why, options = REGRESSIONS[(merge, nodes, seed)]
+    run, v = run_seed(seed, nodes, merge, **options)
+    if v is not None:
+        pytest.fail(run.report(v), pytrace=False)
