@@ -185,9 +185,21 @@ def _make_handler(token: str, routes: dict[tuple[str, str], Handler]) -> type:
 class ControlClient:
     """Talks to one node's control API."""
 
-    def __init__(self, host: str, port: int, cookie: bytes, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        cookie: bytes | None = None,
+        timeout: float = 10.0,
+        *,
+        token: str | None = None,
+    ) -> None:
+        """`cookie` (the cluster's), or the `token` made from it (what a Spark executor's info
+        file holds, so that tasks never see the cookie itself)."""
+        if (cookie is None) == (token is None):
+            raise TypeError("ControlClient needs exactly one of cookie or token")
         self.host, self.port, self.timeout = host, port, timeout
-        self._token = control_token(cookie)
+        self._token = token if token is not None else control_token(cookie or b"")
 
     def status(self) -> dict[str, Any]:
         """The node's cluster status, with exactly the keys in STATUS_KEYS."""
@@ -231,6 +243,10 @@ class ControlClient:
 
     def forget(self, node: str) -> dict[str, Any]:
         return self._request("POST", "/cluster/forget", {"node": node})
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """Any route, by method and path: the JSON answer, or ControlError."""
+        return self._request(method, path, body)
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)

@@ -11,7 +11,6 @@ again, on another executor when `configure()` set up exclusion (non-local master
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import threading
@@ -94,31 +93,15 @@ def _info() -> dict[str, Any]:
 def _request(
     method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 5.0
 ) -> Any:
+    from rabbitry.control import ControlClient, ControlError
+
     info = _info()
     host, _, port = str(info["control"]).rpartition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    headers = {"Authorization": f"Bearer {info['token']}"}
-    data = json.dumps(body).encode() if body is not None else None
-    if data is not None:
-        headers["Content-Type"] = "application/json"
+    client = ControlClient(host, int(port), timeout=timeout, token=str(info["token"]))
     try:
-        connection.request(method, path, body=data, headers=headers)
-        response = connection.getresponse()
-        payload = response.read()
-    except OSError as exc:
-        raise NodeUnavailable(
-            f"the executor's node {info.get('node')} does not answer at {info['control']}: {exc}"
-        ) from None
-    finally:
-        connection.close()
-    try:
-        decoded = json.loads(payload) if payload else None
-    except ValueError:
-        raise NodeUnavailable(f"{info['control']} did not answer with JSON") from None
-    if response.status != 200:
-        message = decoded.get("error") if isinstance(decoded, dict) else None
-        raise NodeUnavailable(f"node {info.get('node')}: {message or f'HTTP {response.status}'}")
-    return decoded
+        return client.request(method, path, body)
+    except ControlError as exc:
+        raise NodeUnavailable(f"the executor's node {info.get('node')}: {exc}") from None
 
 
 def node_name() -> str:
