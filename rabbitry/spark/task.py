@@ -23,6 +23,10 @@ from rabbitry.spark.settings import ENV_INFO
 
 T = TypeVar("T")
 REVOKED_TTL = 1.0  # seconds a worker trusts its copy of the revoked set
+# Seconds a worker trusts a "running" answer. A pause is seen by the node itself only after
+# net_ticktime (seconds), so a quarter second more does not change who may work, and it keeps
+# a per-batch check from costing a round trip per batch (2 ms: a fifth of a 500-claim batch).
+RUNNING_TTL = 0.25
 ELECT_TIMEOUT = 10.0
 
 
@@ -52,6 +56,7 @@ class _Local:
         self.redis: dict[tuple[str, int], Any] = {}
         self.revoked: frozenset[str] = frozenset()
         self.revoked_at = -1e9
+        self.running_at = -1e9
         self.ran: set[str] = set()
 
 
@@ -112,11 +117,15 @@ def node_name() -> str:
 def require_running(wait: float = 0.0) -> None:
     """Return if this executor's node is running; raise NodePaused (or NodeUnavailable) so that
     Spark retries the task elsewhere. Call it at the start of a partition and between batches.
+    A "running" answer is trusted for RUNNING_TTL (0.25 s) in this worker; "paused" never is.
 
     `wait`: seconds to wait for the node to run again before raising. Leave it 0 where another
     executor can take the task; give it some seconds on a single-executor master (local[N,F]),
     where a retry would land on the same paused node at once.
     """
+    state = _state()
+    if time.monotonic() - state.running_at < RUNNING_TTL:
+        return
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -126,6 +135,7 @@ def require_running(wait: float = 0.0) -> None:
                 raise
         else:
             if not status.get("paused"):
+                state.running_at = time.monotonic()
                 return
             if time.monotonic() >= deadline:
                 raise NodePaused(
