@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -190,16 +192,20 @@ def embedded(conf: Any) -> EmbedSettings:
 
 
 def test_configure_starts_no_jvm() -> None:
-    from pyspark import SparkConf, SparkContext
-
-    gateway = SparkContext._gateway
-    if gateway is not None:
-        pytest.skip("a SparkContext of another test is live in this process")
-    made = SparkConf()
-    configure(made.setMaster("local[2,4]"), {"cookie": COOKIE})
-    assert made._jconf is None  # the values stayed in Python
-    assert SparkContext._gateway is None
-    assert SparkContext._jvm is None
+    # In a fresh interpreter: a Spark session of another test may be live in this one.
+    script = (
+        "from pyspark import SparkConf, SparkContext\n"
+        "from rabbitry.spark import configure\n"
+        "made = SparkConf()\n"
+        f"configure(made.setMaster('local[2,4]'), {{'cookie': {COOKIE!r}}})\n"
+        "assert made._jconf is None, 'the values left Python'\n"
+        "assert SparkContext._gateway is None and SparkContext._jvm is None, 'a JVM started'\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
 def test_configure_sets_the_daemon_module_and_the_executor_env(conf: Any, tmp_path: Path) -> None:
