@@ -1564,7 +1564,9 @@ _REQUESTS: dict[str, Callable[..., list[Effect]]] = {
     "dirty_match": MnesiaCore._dirty_match,
     "dirty_select": MnesiaCore._dirty_select,
     "tx_begin": MnesiaCore._tx_begin,
-    "tx_read": lambda self, req, tid, table, key: self._tx_op(req, tid, "read", table, key=key),
+    "tx_read": lambda self, req, tid, table, key, lock="read": self._tx_op(
+        req, tid, "read", table, key=key, lock=lock
+    ),
     "tx_write": lambda self, req, tid, table, record: self._tx_op(
         req, tid, "write", table, record=record
     ),

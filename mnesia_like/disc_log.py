@@ -227,6 +227,22 @@ def _frame(payload: bytes) -> bytes:
     return _RECORD.pack(LOG_MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
+@dataclass(frozen=True)
+class SyncTicket:
+    """An fsync of a log as of `nbytes` of generation `gen`, on a duplicate descriptor (see
+    `TableLog.sync_begin`). `run()` (any thread, once) syncs and closes the duplicate."""
+
+    fd: int
+    gen: int
+    nbytes: int
+
+    def run(self) -> None:
+        try:
+            os.fdatasync(self.fd)
+        finally:
+            os.close(self.fd)
+
+
 class TableLog:
     """The disc copy of one table: `entries` in memory, a log and a snapshot on disc.
 
@@ -544,13 +560,18 @@ class TableLog:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def append_commit(self, tid: int, ops: Sequence[Op]) -> None:
+    def append_commit(self, tid: int, ops: Sequence[Op], *, sync: bool = True) -> None:
         """Log one commit as one record, then apply it to `entries`.
 
         `ops` are `("put", key, entry)` and `("del", key, None)`, applied in order. `tid` must
         be above `last_tid`: replay skips tids the snapshot already holds. Under
         fsync="commit" the record is on disc when this returns, so the caller may acknowledge
         the commit. A bad op or an oversized commit raises before anything is written.
+
+        `sync=False` (group commit) leaves the fsync of a fsync="commit" log to the caller:
+        the record is written (in the page cache) but not yet durable, and the caller must call
+        `sync()` before it acknowledges this commit. One `sync()` then covers every commit
+        appended since the last one. Other policies ignore `sync`.
         """
         self._usable()
         if not isinstance(tid, int) or isinstance(tid, bool):
@@ -587,7 +608,7 @@ class TableLog:
                 f"table {self.table!r}: commit {tid} is {len(payload)} bytes, above "
                 f"max_commit_bytes ({self.max_commit_bytes}); nothing was written"
             )
-        self._append(_frame(payload))
+        self._append(_frame(payload), sync)
         entries = self.entries
         for put, kj, entry in applied:
             if put:
@@ -597,7 +618,7 @@ class TableLog:
         self.last_tid = tid
         self.log_records += 1
 
-    def _append(self, record: bytes) -> None:
+    def _append(self, record: bytes, sync: bool = True) -> None:
         # One write() per record: a crash tears at most this record, which open() then cuts.
         fd = self._fd
         assert fd is not None
@@ -615,7 +636,7 @@ class TableLog:
             ) from exc
         self.log_bytes += len(record)
         self._unsynced = True
-        if self.fsync == "commit" or self.sync_due:
+        if (sync and self.fsync == "commit") or self.sync_due:
             self._sync()
 
     def _sync(self) -> None:
@@ -634,10 +655,41 @@ class TableLog:
         self._last_sync = time.monotonic()
 
     def sync(self) -> None:
-        """fsync what was appended since the last fsync (the timer under an interval policy)."""
+        """fsync what was appended since the last fsync (the timer under an interval policy;
+        the owner's group commit after `append_commit(..., sync=False)`)."""
         self._usable()
         if self._unsynced:
             self._sync()
+
+    def sync_begin(self) -> SyncTicket | None:
+        """Group commit on another thread: a ticket for an fsync of what is appended so far,
+        or None if nothing is pending. `ticket.run()` may be called from any thread (it syncs
+        a duplicate of the descriptor, so this log may append, dump or close meanwhile); then
+        the owner calls `sync_end(ticket, error)` on its own thread."""
+        self._usable()
+        if not self._unsynced:
+            return None
+        assert self._fd is not None
+        return SyncTicket(os.dup(self._fd), self._gen, self.log_bytes)
+
+    def sync_end(self, ticket: SyncTicket, error: BaseException | None = None) -> None:
+        """After `ticket.run()`: the appends it covered are on disc (appends made since stay
+        pending); with an `error`, this log refuses further appends, as a failed `sync()`
+        does (raises DiscLogError)."""
+        if error is not None:
+            self._broken = f"fsync failed ({error})"
+            raise DiscLogError(
+                f"{self.log_path}: fsync failed: {error}; the last commits may not be on disc. "
+                "This log refuses further appends: reopen the table to recover."
+            ) from error
+        if self._fd is not None and ticket.gen == self._gen and ticket.nbytes == self.log_bytes:
+            self._unsynced = False
+            self._last_sync = time.monotonic()
+
+    @property
+    def unsynced(self) -> bool:
+        """True when something appended is not yet known to be on disc (fsync pending)."""
+        return self._unsynced
 
     @property
     def sync_due(self) -> bool:

@@ -1,8 +1,11 @@
 """The store's own effects, next to the common ones in monitors/effects.py.
 
-The shell performs every effect in list order, synchronously, before the next one. That is
-what makes a `DiscCommit` followed by a `Send` of an ack mean "acknowledged after it is on
-disc" (with fsync="commit").
+The contract with the shell: a `DiscCommit` is durable (fsync="commit") before any effect that
+follows it in the list is performed, so a `DiscCommit` followed by a `Send` of an ack means
+"acknowledged after it is on disc". The shell keeps it with group commit (mnesia_like/shell.py):
+it holds every later effect that could let anything out of the node until one fsync has made
+the whole batch of commits durable; only answers to a transaction's own operations and messages
+to the node itself may pass, and disc effects keep their order.
 """
 
 from __future__ import annotations

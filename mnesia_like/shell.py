@@ -6,9 +6,28 @@ and the API requests, and performs the effects in order: messages through the Ne
 disc copies through `disc_log.TableLog` (one per table), the schema through `schema_file`,
 events to subscribers.
 
-Disc effects are not guarded like the others: if an append or a snapshot fails, the exception
-ends the process (let it crash) before any later effect of the same event runs, so no ack
+Disc effects are not guarded like the others: if an append, an fsync or a snapshot fails, the
+exception ends the process (let it crash) before any effect that follows it runs, so no ack
 leaves for a commit that is not on disc. The supervisor restarts the store, which reloads.
+
+Group commit (fsync="commit"). A `DiscCommit` is appended at once but not fsynced. From then
+on, until that append is on disc, the other effects are *held* in order (disc effects keep their
+order among themselves and are never held): messages to other nodes, final answers to callers,
+timers, events. Only what lets nothing escape the node may pass (`_may_pass`): answers to a
+transaction's operations and messages to this node itself. The appends and held effects since
+the last fsync form the open batch. At the end of the event that opened it the batch is
+sealed: if the mailbox is empty, this thread fsyncs it at once (nothing could use the time);
+otherwise the fsync thread fdatasyncs its logs (on duplicate descriptors) and tells the shell
+`_Synced`, and the waiting events are handled meanwhile. Only once the batch is on disc are
+its held effects performed, in order. What the events handled during an fsync append or hold
+forms the next batch, sealed when the previous one is synced: one fsync per log per batch,
+however many commits and clients. Nothing that depends on a commit (its ack, its answer, a message that
+could carry what it wrote) leaves the node before the commit is on disc, and a failed fsync
+ends the process with the held effects unperformed.
+
+Messages to this node itself are handed to the core directly, in order, after the effects
+of the event that sent them (the simulator delivers them the same way), instead of through
+the NetKernel's JSON round trip and the mailbox.
 
 `Schema` is what user code holds: every method sends a request to the shell and waits on a
 future in the caller's thread; the actor's thread never blocks on a caller.
@@ -20,18 +39,23 @@ import contextlib
 import itertools
 import logging
 import os
+import queue
 import random
 import threading
 import time
+import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pykka import ActorDeadError
+
 from mnesia_like.core import MnesiaCore
-from mnesia_like.disc_log import TableLog, tables_dir
+from mnesia_like.disc_log import SyncTicket, TableLog, tables_dir
 from mnesia_like.effects import (
     DiscCommit,
     DropTable,
@@ -42,6 +66,7 @@ from mnesia_like.effects import (
 )
 from mnesia_like.errors import Aborted, MnesiaError, Restart, Timeout
 from mnesia_like.schema_file import read_schema, schema_path, write_schema
+from mnesia_like.tx import DECISIONS
 from monitors.core_timers import CoreTimers, Fired
 from monitors.dist import Message, NetKernel, NodeDown, NodeUp
 from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
@@ -52,6 +77,10 @@ log = logging.getLogger("mnesia_like")
 T = TypeVar("T")
 _REQ_IDS = itertools.count(1)  # next() on a count is atomic under the GIL
 MAINTENANCE = 1.0  # s: dumps of long logs, and fsync for fsync=<seconds>
+_DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
+# Answers to a transaction's operations may pass a pending fsync: the caller acts on what they
+# carry only through the transaction's commit (or abort), whose answer waits for it.
+_EARLY_OPS = frozenset({"tx_begin", "tx_read", "tx_write", "tx_delete", "tx_match", "tx_select"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +95,52 @@ class _Request:
 class _Subscribe:
     target: Any  # an ActorRef or a callable
     add: bool
+
+
+@dataclass
+class _Batch:
+    """Group commit: logs appended to since the last fsync, and the effects that wait for it."""
+
+    dirty: dict[str, TableLog] = field(default_factory=dict)
+    held: list[Any] = field(default_factory=list)
+    self_held: bool = False  # a message to ourselves is held: later ones wait behind it
+
+
+@dataclass(frozen=True)
+class _Synced:
+    """From the fsync thread: batch `batch` is on disc, but for the logs in `errors`."""
+
+    batch: int
+    errors: dict[str, BaseException]
+
+
+class _Syncer:
+    """The store's fsync thread: runs each batch's SyncTickets, then tells the store."""
+
+    def __init__(self, ref: Any) -> None:
+        self._ref = ref
+        self._jobs: queue.SimpleQueue[tuple[int, dict[str, SyncTicket]] | None] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._loop, name="mnesia-fsync", daemon=True).start()
+
+    def submit(self, batch: int, tickets: dict[str, SyncTicket]) -> None:
+        self._jobs.put((batch, tickets))
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            batch, tickets = job
+            errors: dict[str, BaseException] = {}
+            for table, ticket in tickets.items():
+                try:
+                    ticket.run()
+                except OSError as exc:
+                    errors[table] = exc
+            with contextlib.suppress(ActorDeadError):
+                self._ref.tell(_Synced(batch, errors))
 
 
 class Mnesia(Process):
@@ -105,10 +180,19 @@ class Mnesia(Process):
         self._core_options = core_options
         self._timers = CoreTimers(self)
         self._pending: dict[int, Future] = {}
+        self._early: set[int] = set()  # requests whose answer may pass a pending fsync
         self._subscribers: dict[int, Any] = {}
         self._logs: dict[str, TableLog] = {}
         self._connecting: set[str] = set()
         self.core: MnesiaCore | None = None
+        # group commit (see the module docstring): the open batch, and the one the fsync
+        # thread is syncing (with its number and tickets)
+        self._open_batch: _Batch | None = None
+        self._syncing: tuple[int, _Batch, dict[str, SyncTicket]] | None = None
+        self._batch_ids = itertools.count(1)
+        self._syncer: _Syncer | None = None
+        self._selfq: deque[dict[str, Any]] = deque()  # messages to this node, in order
+        self._draining = False
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -140,12 +224,15 @@ class Mnesia(Process):
         self._perform(self.core.start(time.monotonic()))
         for peer in self.kernel.nodes():  # connected before we subscribed
             self._perform(self.core.nodeup(peer, self.kernel.peer_creation(peer), time.monotonic()))
+        self._seal()
         self._timers.set("_maintenance", MAINTENANCE)
 
     def on_stop(self) -> None:
         if self.core is not None:
             with contextlib.suppress(Exception):
+                self._flush_now()  # a clean stop: what the batches wait for goes out
                 self._perform(self.core.stop(time.monotonic()))
+                self._flush_now()
         self._shutdown()
 
     def on_failure(self, *_exc_info: Any) -> None:
@@ -155,6 +242,12 @@ class Mnesia(Process):
         self._shutdown()
 
     def _shutdown(self) -> None:
+        # held effects are never performed: their commits may not be on disc
+        self._open_batch = self._syncing = None
+        if self._syncer is not None:
+            self._syncer.stop()
+            self._syncer = None
+        self._selfq.clear()
         self._timers.clear()
         kernel = getattr(self, "kernel", None)
         if kernel is not None:
@@ -169,6 +262,7 @@ class Mnesia(Process):
             if not fut.done():
                 fut.set_exception(MnesiaError("the store stopped before answering"))
         self._pending.clear()
+        self._early.clear()
 
     # ---------------------------------------------------------------------- events
 
@@ -176,8 +270,12 @@ class Mnesia(Process):
         core = self.core
         assert core is not None
         now = time.monotonic()
-        if isinstance(message, _Request):
+        if isinstance(message, _Synced):
+            self._synced(message)
+        elif isinstance(message, _Request):
             self._pending[message.req_id] = message.future
+            if message.op in _EARLY_OPS:
+                self._early.add(message.req_id)
             self._perform(core.request(message.req_id, message.op, message.args, now))
         elif isinstance(message, Message):
             self._perform(core.receive(message.node, message.msg, now))
@@ -201,6 +299,8 @@ class Mnesia(Process):
             self._connecting.discard(message[1])
         else:
             return super().on_receive(message)
+        if self._syncing is None and self._open_batch is not None:
+            self._seal()
         return None
 
     def _maintenance(self) -> None:
@@ -217,27 +317,154 @@ class Mnesia(Process):
     # ---------------------------------------------------------------------- effects
 
     def _perform(self, effects: Iterable[Any]) -> None:
+        """Perform `effects` in order (held behind a pending fsync: see the module docstring),
+        then hand the core the messages it sent to this node, until none is left."""
+        self._perform_list(effects)
+        if self._draining:
+            return  # the outer call drains
+        self._draining = True
+        try:
+            queue, core = self._selfq, self.core
+            assert core is not None
+            while queue:
+                msg = queue.popleft()
+                self._perform_list(core.receive(self.kernel.node, msg, time.monotonic()))
+        finally:
+            self._draining = False
+
+    def _perform_list(self, effects: Iterable[Any]) -> None:
         for effect in effects:
             kind = type(effect)
-            if kind in (DiscCommit, ReplaceTable, DropTable, PersistSchema):
+            if kind in _DISC_EFFECTS:
                 self._perform_disc(effect)  # a failure ends the process: see the docstring
+                continue
+            to_self = kind is Send and self._to_self(effect)
+            if (self._open_batch or self._syncing) and not self._may_pass(effect, kind, to_self):
+                batch = self._open_batch
+                if batch is None:
+                    batch = self._open_batch = _Batch()  # waits for the batch being synced
+                batch.self_held = batch.self_held or to_self
+                batch.held.append(effect)  # after a commit that is not on disc yet
+                continue
+            if to_self:
+                self._selfq.append(effect.msg)
                 continue
             try:
                 self._perform_one(effect)
             except Exception:
                 log.exception("mnesia: performing %r failed", effect)
 
+    def _to_self(self, effect: Any) -> bool:
+        return (
+            type(effect) is Send
+            and effect.node == self.kernel.node
+            and effect.name == MnesiaCore.NAME
+        )
+
+    def _may_pass(self, effect: Any, kind: type, to_self: bool) -> bool:
+        """Whether `effect` may be performed while commits wait for their fsync.
+
+        Only what cannot let anything escape the node: the answer to a transaction's
+        operation (see _EARLY_OPS), and a message to ourselves (its effects pass through
+        here in turn), in order behind any held one, except a `commit` while a decision
+        waits for its fsync: our own part of a transaction must not reach the disc before the
+        decision that other participants may ask us about after a crash. Everything else
+        (messages to other nodes, final answers, timers, events) waits.
+        """
+        if kind is Reply:
+            return effect.req_id in self._early
+        if not to_self:
+            return False
+        batches = [b for b in (self._open_batch, self._syncing and self._syncing[1]) if b]
+        if any(b.self_held for b in batches):
+            return False
+        return not (effect.msg.get("t") == "commit" and any(DECISIONS in b.dirty for b in batches))
+
     def _perform_disc(self, effect: Any) -> None:
         kind = type(effect)
         if kind is DiscCommit:
-            self._log_of(effect.table).append_commit(effect.tid, effect.ops)
+            tlog = self._log_of(effect.table)
+            if self._fsync == "commit":
+                tlog.append_commit(effect.tid, effect.ops, sync=False)
+                batch = self._open_batch
+                if batch is None:
+                    batch = self._open_batch = _Batch()
+                batch.dirty[effect.table] = tlog  # sealed at the end of the event
+            else:
+                tlog.append_commit(effect.tid, effect.ops)
         elif kind is ReplaceTable:
             self._log_of(effect.table).replace_all(effect.entries, effect.tid)
         elif kind is DropTable:
+            if self._open_batch is not None:
+                self._open_batch.dirty.pop(effect.table, None)
             tlog = self._logs.pop(effect.table, None) or self._open(effect.table, keep=False)
             tlog.delete_files()
         else:
             write_schema(schema_path(self.data_dir), effect.state)
+
+    def _seal(self) -> None:
+        """fsync the open batch: here if no event waits (then perform what it held, and seal
+        what that opened), else on the fsync thread. A batch with nothing to sync (it waited
+        for the one before it, or a dump synced it) performs what it held at once."""
+        while self._syncing is None and self._open_batch is not None:
+            if not self.actor_inbox.empty():
+                self._seal_to_thread()
+                return
+            batch, self._open_batch = self._open_batch, None
+            for tlog in batch.dirty.values():
+                tlog.sync()  # a failure raises: the process ends, the held effects never run
+            self._release(batch.held)
+
+    def _seal_to_thread(self) -> None:
+        batch, self._open_batch = self._open_batch, None
+        if batch is None:
+            return
+        tickets: dict[str, SyncTicket] = {}
+        for table, tlog in batch.dirty.items():
+            ticket = tlog.sync_begin()  # None: synced since (a dump)
+            if ticket is not None:
+                tickets[table] = ticket
+        if not tickets:
+            self._release(batch.held)
+            return
+        if self._syncer is None:
+            self._syncer = _Syncer(self.actor_ref)
+        n = next(self._batch_ids)
+        self._syncing = (n, batch, tickets)
+        self._syncer.submit(n, tickets)
+
+    def _synced(self, message: _Synced) -> None:
+        syncing = self._syncing
+        if syncing is None or syncing[0] != message.batch:
+            return  # flushed at a stop already
+        self._syncing = None
+        _n, batch, tickets = syncing
+        for table, ticket in tickets.items():
+            # an error raises: the process ends and the batch's held effects never run
+            batch.dirty[table].sync_end(ticket, message.errors.get(table))
+        self._release(batch.held)  # the next batch, if any, is sealed at the end of this event
+
+    def _release(self, held: list[Any]) -> None:
+        """Perform effects that waited for their batch's fsync, in order: they are past their
+        barrier, even if a later batch is open now (its effects come after them)."""
+        for effect in held:
+            if self._to_self(effect):
+                self._selfq.append(effect.msg)
+                continue
+            try:
+                self._perform_one(effect)
+            except Exception:
+                log.exception("mnesia: performing %r failed", effect)
+        self._perform(())  # the messages to ourselves among them
+
+    def _flush_now(self) -> None:
+        """Sync every batch on this thread and perform what they held (a clean stop)."""
+        batches = [b for b in (self._syncing and self._syncing[1], self._open_batch) if b]
+        self._syncing = self._open_batch = None
+        for batch in batches:
+            for tlog in batch.dirty.values():
+                tlog.sync()
+            self._release(batch.held)
 
     def _open(self, table: str, keep: bool = True) -> TableLog:
         tlog = TableLog.open(tables_dir(self.data_dir), table, fsync=self._fsync)
@@ -253,6 +480,7 @@ class Mnesia(Process):
         kind = type(effect)
         if kind is Reply:
             fut = self._pending.pop(effect.req_id, None)
+            self._early.discard(effect.req_id)
             if fut is not None and not fut.done():
                 if effect.error is not None:
                     fut.set_exception(effect.error)
@@ -310,8 +538,19 @@ class Tx:
         self._schema = schema
         self.tid = tid
 
-    def read(self, table: str, key: Any) -> dict[str, Any] | None:
-        return self._schema._call("tx_read", tid=self.tid, table=table, key=key)
+    def read(self, table: str, key: Any, lock: str = "read") -> dict[str, Any] | None:
+        """The record (None if there is none). `lock="write"` takes the record's write lock
+        instead of a read lock (Mnesia's `read(T, K, write)`): for a read-modify-write, so
+        that the write needs no second lock round and two such transactions on one key do
+        not both read and then conflict upgrading (the younger one waits or restarts at the
+        read instead)."""
+        if lock == "read":
+            return self._schema._call("tx_read", tid=self.tid, table=table, key=key)
+        return self._schema._call("tx_read", tid=self.tid, table=table, key=key, lock=lock)
+
+    def wread(self, table: str, key: Any) -> dict[str, Any] | None:
+        """`read(table, key, lock="write")` (Mnesia's wread)."""
+        return self.read(table, key, lock="write")
 
     def write(self, table: str, record: dict[str, Any]) -> None:
         self._schema._call("tx_write", tid=self.tid, table=table, record=record)
@@ -455,11 +694,16 @@ class Schema:
         exception from fn aborts the transaction (nothing is written) and propagates.
         """
         limit = self.max_restarts if retries is None else retries
-        age = None
+        prev: str | None = None
         last: Restart | None = None
         for attempt in range(limit + 1):
-            begun = self._call("tx_begin", age=age)
-            tid, age = begun["tid"], begun["age"]
+            # Begun without waiting: the store handles its mailbox in order, so the begin is
+            # there before the first operation. A restart names the attempt before (its age).
+            tid = f"tx-{uuid.uuid4().hex}"
+            self._ref.tell(
+                _Request(next(_REQ_IDS), "tx_begin", {"tid": tid, "prev": prev}, Future())
+            )
+            prev = tid
             try:
                 result = fn(Tx(self, tid))
                 self._call("tx_commit", tid=tid)

@@ -6,12 +6,17 @@ Flow (docs/mnesia_like.md has the picture):
   (replicas that hold the table loaded or are loading it), through `lock` messages, including
   to this node itself: one code path for local and remote replicas. A read also fetches the
   value from one replica (this node's when it has the table loaded). Writes are buffered.
-- Deadlocks: wait-die (locks.py). A "die" answer restarts the transaction; it keeps its age.
+- A read with lock="write" (Mnesia's wread) takes the record's write lock; a later write or
+  delete of a record whose write lock the transaction holds on every active replica is
+  buffered without a lock round.
+- Deadlocks: wait-die (locks.py). A "die" answer restarts the transaction; it keeps its age
+  (a caller that chose the tid names the attempt before, `prev`, to keep its age).
 - Commit: two-phase. `prepare` carries each participant's ops (stamped with one Lamport stamp
   for the whole transaction) and the replica set per table. A participant votes no if it lost
   the transaction's locks (it restarted, or saw the coordinator go) or if the replica set
   misses a replica it knows to be active (a node loading the table since): the coordinator
-  restarts the transaction. After all yes votes the coordinator records "committed" and sends
+  restarts the transaction. After all yes votes the coordinator records "committed" (in its
+  decision log too, unless it is the only participant: then nobody can be in doubt) and sends
   `commit`; each participant writes its disc copies (DiscCommit) *before* its `ack`, applies,
   releases. The user is answered once every participant acked or went down.
 - A participant that goes down before the decision aborts the transaction (restart).
@@ -62,6 +67,8 @@ class _Op:
     value: Any = None
     record: Any = None
     arg: Any = None
+    mode: str = "read"
+    targets: frozenset[str] = frozenset()  # the replicas asked for the lock
 
 
 @dataclass
@@ -71,6 +78,10 @@ class CoordTx:
     writes: dict[tuple[str, str], Any] = field(default_factory=dict)  # (table, kj) -> rec|None
     nodes: set[str] = field(default_factory=set)
     write_nodes: dict[str, set[str]] = field(default_factory=dict)
+    # (table, key_json) -> the replicas on which this transaction holds the record's write
+    # lock (granted to a wread, write or delete): a later write or delete of it needs no
+    # lock round while that set still covers every active replica
+    wlocked: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     seq: int = 0
     op: _Op | None = None
     phase: str = "active"  # active | preparing | committing
@@ -110,6 +121,7 @@ class TxMixin:
         self._outcomes: _Bounded = _Bounded()  # tid -> committed | aborted
         self._doomed: _Bounded = _Bounded()  # coordinator: tid -> why it must restart
         self._dead: _Bounded = _Bounded()  # participant: tids released here (late locks refused)
+        self._ages: _Bounded = _Bounded()  # coordinator: caller-chosen tid -> its age
         self._tx_seq = 0
         self._decisions: deque[str] = deque()
         # decisions of an earlier life of this node (the coordinator's decision log)
@@ -124,11 +136,28 @@ class TxMixin:
 
     # ================================================================== coordinator: API
 
-    def _tx_begin(self: MnesiaCore, req: int, age: Any = None) -> list[Effect]:
+    def _tx_begin(
+        self: MnesiaCore, req: int, age: Any = None, tid: Any = None, prev: Any = None
+    ) -> list[Effect]:
+        """A new transaction: its tid and age (kept across restarts: wait-die's fairness).
+
+        The caller may choose the `tid` (a globally unique string, e.g. a uuid), so that it
+        need not wait for this answer before its first operation; its restart then names the
+        tid of the attempt before (`prev`) to keep that one's age."""
         self._tx_seq += 1
-        tid = f"{self.node}#{self.incarnation}#{self._tx_seq}"
+        chosen = tid is not None
+        if not chosen:
+            tid = f"{self.node}#{self.incarnation}#{self._tx_seq}"
+        elif not (isinstance(tid, str) and 0 < len(tid) <= 200) or (
+            tid in self._coord or tid in self._outcomes or tid in self._doomed
+        ):
+            return [Reply(req, error=BadArgument(f"tx_begin: {tid!r} is not a new tid"))]
+        elif age is None and isinstance(prev, str):
+            age = self._ages.get(prev)
         if not (isinstance(age, list) and len(age) == 3):
             age = [self.clock, self.node, self._tx_seq]
+        if chosen:
+            self._ages.put(tid, list(age))
         self._coord[tid] = CoordTx(tid, list(age))
         return [Reply(req, {"tid": tid, "age": list(age)})]
 
@@ -151,11 +180,14 @@ class TxMixin:
         key: Any = None,
         record: Any = None,
         arg: Any = None,
+        lock: Any = "read",
     ) -> list[Effect]:
         tx, out = self._tx_get(req, tid)
         if tx is None:
             return out
         try:
+            if lock not in ("read", "write") or (lock == "write" and kind != "read"):
+                raise BadArgument(f"lock must be 'read' or 'write' (for a read), not {lock!r}")
             d = self.tables.get(table) if isinstance(table, str) else None
             if d is None:
                 raise NoSuchTable(str(table), self.node)
@@ -173,6 +205,15 @@ class TxMixin:
         if kind == "read" and (table, kj) in tx.writes:
             return [Reply(req, tx.writes[(table, kj)])]  # our write lock covers the read
         targets = self._write_view(table)
+        if kind in ("write", "delete") and targets:
+            locked = tx.wlocked.get((table, kj or ""))
+            if locked is not None and targets <= locked:
+                # The write lock is ours on every active replica already (a wread took it):
+                # buffer without a lock round. Had a replica dropped it since (it reloaded),
+                # that replica votes no at prepare and the transaction restarts.
+                tx.writes[(table, kj or "")] = None if kind == "delete" else record
+                tx.write_nodes.setdefault(table, set()).update(locked)
+                return [Reply(req, None)]
         source = None
         if kind in ("read", "match", "select"):
             readable = self._read_sources(table)
@@ -181,10 +222,21 @@ class TxMixin:
                 return self._tx_fail(tx, req, TablesNotLoaded([table], "no active replica"))
         if not targets:
             return self._tx_fail(tx, req, TablesNotLoaded([table], "no active replica"))
-        mode = "write" if kind in ("write", "delete") else "read"
+        mode = "write" if kind in ("write", "delete") or lock == "write" else "read"
         lock_key = kj if kind in ("read", "write", "delete") else None
         tx.seq += 1
-        tx.op = _Op(kind, table, kj, req, set(targets), source, record=record, arg=arg)
+        tx.op = _Op(
+            kind,
+            table,
+            kj,
+            req,
+            set(targets),
+            source,
+            record=record,
+            arg=arg,
+            mode=mode,
+            targets=frozenset(targets),
+        )
         tx.nodes |= targets
         if mode == "write":
             tx.write_nodes.setdefault(table, set()).update(targets)
@@ -320,6 +372,8 @@ class TxMixin:
 
     def _op_done(self: MnesiaCore, tx: CoordTx, op: _Op) -> list[Effect]:
         tx.op = None
+        if op.mode == "write" and op.kind != "schema":
+            tx.wlocked[(op.table, op.key or "")] = op.targets
         if op.kind == "schema":
             tx.writes[(SCHEMA, op.key or "")] = op.record
             return self._commit(tx, op.req)
@@ -367,10 +421,13 @@ class TxMixin:
         # that outcome questions get it from now on, also after this node restarts: a
         # participant in doubt must never conclude "aborted" from our restart when we may
         # have applied the commit here and answered the user.
+        # When this node is the only participant, nobody can ever be in doubt about the
+        # transaction (only participants ask for outcomes), and its own commit record is the
+        # decision: no decision log, and so no fsync of it on the commit's critical path.
         tx.phase = "committing"
         self._outcomes.put(tx.tid, "committed")
         tx.pending = set(tx.nodes)
-        out: list[Effect] = [self._log_decision(tx.tid)]
+        out: list[Effect] = [] if tx.nodes == {self.node} else [self._log_decision(tx.tid)]
         return out + [self._send(n, "commit", tid=tx.tid) for n in sorted(tx.nodes)]
 
     def _log_decision(self: MnesiaCore, tid: str) -> Effect:

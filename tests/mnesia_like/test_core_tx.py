@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mnesia_like.errors import Restart, TablesNotLoaded
+from mnesia_like.errors import BadArgument, Restart, TablesNotLoaded
 from tests.mnesia_like.harness import Harness, cluster
 
 A, B, C = "a@h", "b@h", "c@h"
@@ -212,3 +212,105 @@ def test_a_loading_replica_gets_writes_committed_while_it_copies() -> None:
     h.boot(C)
     assert h.content(C, "t") == h.content(A, "t")
     assert h.content(C, "t")["0"]["v"] == "while down"
+
+
+# ---- the decision log, and reads that take the write lock (wread)
+
+
+def test_a_transaction_only_this_node_takes_part_in_logs_no_decision() -> None:
+    """Nobody can be in doubt about it: its commit record is the decision (no fsync of the
+    decision log on its path). With other participants the decision is logged first."""
+    h = setup()
+    h.call(A, "create_table", name="solo", attributes=["k", "v"], disc_copies=[A])
+    decisions = dict(h.discs[A].tables["_decisions"])  # the schema transactions'
+    h.transaction(A, [("tx_write", {"table": "solo", "record": {"k": 1, "v": "x"}})])
+    assert h.discs[A].tables["solo"]["1"]["r"] == {"k": 1, "v": "x"}
+    assert h.discs[A].tables["_decisions"] == decisions
+    h.transaction(A, [("tx_write", {"table": "t", "record": {"k": 1, "v": "y"}})])
+    assert len(h.discs[A].tables["_decisions"]) == len(decisions) + 1
+    assert not h.discs[B].tables.get("_decisions")  # only the coordinator logs it
+
+
+def test_wread_takes_the_write_lock_and_the_write_needs_no_lock_round() -> None:
+    h = setup()
+    h.call(A, "dirty_write", table="t", record={"k": 1, "v": 0})
+    old, _ = begin(h, B)
+    young, _ = begin(h, C)
+    assert h.call(B, "tx_read", tid=old, table="t", key=1, lock="write") == {"k": 1, "v": 0}
+    for n in (A, B, C):
+        assert (old, "t", "1", "write") in [(old, *x) for x in h.cores[n].locks.held_by(old)]
+    # a younger reader conflicts with the write lock at once (a plain read lock would share)
+    with pytest.raises(Restart, match="older transaction"):
+        h.call(C, "tx_read", tid=young, table="t", key=1)
+    # the write is buffered without messages: answered before anything is delivered
+    sent = len(h.queue)
+    req = h.submit(B, "tx_write", tid=old, table="t", record={"k": 1, "v": 1})
+    reply = h.result(B, req)
+    assert reply is not None and reply.error is None and len(h.queue) == sent
+    h.call(B, "tx_commit", tid=old)
+    for n in h.names:
+        assert h.content(n, "t") == {"1": {"k": 1, "v": 1}}
+        assert not h.cores[n].locks.tids()
+
+
+def test_read_modify_writes_with_wread_on_one_key_serialise() -> None:
+    """Two increments of one counter: with wread the older waits at its read and the younger
+    restarts there, so neither reads a value the other then overwrites."""
+    h = setup()
+    h.call(A, "dirty_write", table="t", record={"k": "n", "v": 0})
+    old, _ = begin(h, A)
+    young, _ = begin(h, B)
+    r_young = h.call(B, "tx_read", tid=young, table="t", key="n", lock="write")
+    req = h.submit(A, "tx_read", tid=old, table="t", key="n", lock="write")
+    h.run()
+    assert h.result(A, req) is None  # the older one waits for the younger
+    h.call(B, "tx_write", tid=young, table="t", record={"k": "n", "v": r_young["v"] + 1})
+    h.call(B, "tx_commit", tid=young)
+    reply = h.result(A, req)
+    assert reply is not None and reply.value == {"k": "n", "v": 1}  # it sees the young commit
+    h.call(A, "tx_write", tid=old, table="t", record={"k": "n", "v": reply.value["v"] + 1})
+    h.call(A, "tx_commit", tid=old)
+    assert h.content(C, "t") == {'"n"': {"k": "n", "v": 2}}
+
+
+def test_a_wread_write_after_a_replica_lost_the_lock_restarts_at_prepare() -> None:
+    """The shortcut trusts the locks it was granted; a replica that dropped them (it reloaded
+    its tables) votes no, so the transaction restarts instead of committing unlocked."""
+    h = setup()
+    tid, _ = begin(h, A)
+    h.call(A, "tx_read", tid=tid, table="t", key=1, lock="write")
+    h.perform(B, h.cores[B]._tx_drop_all())  # B forgets every transaction (an autoheal reload)
+    h.run()
+    h.call(A, "tx_write", tid=tid, table="t", record={"k": 1, "v": "x"})
+    with pytest.raises(Restart, match="voted no"):
+        h.call(A, "tx_commit", tid=tid)
+    for n in h.names:
+        assert h.content(n, "t") == {}
+
+
+def test_a_bad_lock_mode_is_refused() -> None:
+    h = setup()
+    tid, _ = begin(h, A)
+    with pytest.raises(BadArgument, match="lock must be"):
+        h.call(A, "tx_read", tid=tid, table="t", key=1, lock="exclusive")
+    with pytest.raises(BadArgument, match="lock"):  # only reads take a lock mode
+        h.call(A, "tx_match", tid=tid, table="t", pattern={}, lock="write")
+
+
+def test_a_caller_chosen_tid_and_the_age_of_the_attempt_before() -> None:
+    """Schema.transaction begins without waiting: it picks the tid and, on a restart, names
+    the attempt before, whose age the new one keeps (wait-die's fairness)."""
+    h = setup()
+    first = h.call(A, "tx_begin", tid="tx-1")
+    assert first["tid"] == "tx-1"
+    h.call(A, "tx_write", tid="tx-1", table="t", record={"k": 1, "v": "x"})
+    h.call(A, "tx_abort", tid="tx-1")
+    again = h.call(A, "tx_begin", tid="tx-2", prev="tx-1")
+    assert again["age"] == first["age"]
+    fresh = h.call(A, "tx_begin", tid="tx-3", prev="never-seen")
+    assert fresh["age"] > first["age"]
+    with pytest.raises(BadArgument, match="not a new tid"):
+        h.call(A, "tx_begin", tid="tx-2")  # still running
+    h.call(A, "tx_write", tid="tx-2", table="t", record={"k": 1, "v": "y"})
+    h.call(A, "tx_commit", tid="tx-2")
+    assert h.content(B, "t") == {"1": {"k": 1, "v": "y"}}

@@ -169,6 +169,53 @@ def test_fsync_commit_syncs_each_record_before_returning(
     assert len(synced) == 1  # close() syncs what is pending, whatever the policy
 
 
+def test_group_commit_appends_without_fsync_and_one_sync_covers_them_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnesia_like import disc_log
+
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        real(fd)
+        synced.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(disc_log.os, "fdatasync", recording_fdatasync)
+    with TableLog.open(tmp_path, "g", fsync="commit") as t:
+        assert not t.unsynced
+        for tid in (1, 2, 3):
+            t.append_commit(tid, [("put", tid, entry(tid))], sync=False)
+        assert synced == [] and t.unsynced  # written, not yet durable: no ack may go out
+        t.sync()
+        assert synced == [t.log_bytes] and not t.unsynced  # one fsync for the three
+        t.sync()
+        assert len(synced) == 1  # nothing pending: no second fsync
+        t.append_commit(4, [("put", 4, entry(4))])  # the default still syncs at once
+        assert len(synced) == 2 and not t.unsynced
+    with reopen(tmp_path, "g") as t:
+        assert t.last_tid == 4 and sorted(t.entries) == ["1", "2", "3", "4"]
+
+
+def test_a_failed_group_fsync_refuses_further_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnesia_like import disc_log
+
+    def failing(_fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    t = TableLog.open(tmp_path, "t")
+    t.append_commit(1, [("put", "a", entry(1))], sync=False)
+    monkeypatch.setattr(disc_log.os, "fdatasync", failing)
+    with pytest.raises(DiscLogError, match="fsync failed"):
+        t.sync()
+    monkeypatch.undo()
+    with pytest.raises(DiscLogError, match="refuses appends since fsync failed"):
+        t.append_commit(2, [("put", "b", entry(2))], sync=False)
+    t.close()
+
+
 def test_a_failed_fsync_is_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mnesia_like import disc_log
 

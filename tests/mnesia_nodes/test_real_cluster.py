@@ -40,7 +40,21 @@ def _loaded(c: Any, node: str, timeout: float = 0.5) -> bool:
         return False
 
 
+def _running_db_nodes(c: Any, node: str) -> list[str]:
+    try:
+        return c.client(node).mnesia("system_info", key="running_db_nodes")
+    except ControlError:
+        return []
+
+
 def _create(c: Any, nodes: list[str]) -> None:
+    # the nodes' monitors formed the cluster; their stores merge schemas a moment later
+    for node in nodes:
+        wait_until(
+            lambda n=node: set(_running_db_nodes(c, n)) >= set(nodes),
+            f"{node}'s store running with {nodes}",
+            20,
+        )
     c.client(nodes[0]).mnesia("create_table", name="kv", attributes=["k", "v"], disc_copies=nodes)
     for node in nodes:
         wait_until(lambda n=node: _loaded(c, n), f"kv loaded on {node}", 20)
@@ -164,11 +178,7 @@ def test_partition_then_heal_autoheal_reloads_the_loser_from_the_winner(cluster:
         40,
     )
     wait_until(
-        lambda: (
-            _contents(c, A) == _contents(c, B) == _contents(c, C)
-            and _loaded(c, A)
-            and "only_b" in _contents(c, A)
-        ),
+        lambda: _settled(c, lambda v: v[A] == v[B] == v[C] and "only_b" in v[A]),
         "the same content everywhere: the winner's",
         60,
     )
@@ -190,9 +200,8 @@ def test_partition_then_heal_lww_keeps_both_sides_writes(cluster: Any) -> None:
     c.client(C).mnesia("transaction", writes=[["kv", {"k": "both", "v": "from c"}]])
     c.heal()
     wait_until(
-        lambda: (
-            _contents(c, A) == _contents(c, B) == _contents(c, C)
-            and {"only_a", "only_b", "both"} <= set(_contents(c, A))
+        lambda: _settled(
+            c, lambda v: v[A] == v[B] == v[C] and {"only_a", "only_b", "both"} <= set(v[A])
         ),
         "both sides' writes everywhere, the conflict decided alike",
         60,

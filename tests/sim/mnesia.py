@@ -160,6 +160,7 @@ class MnesiaKind:
         self.record = record
         self.stop_at = stop_at
         self.options: dict[str, Any] = dict(CORE_OPTIONS)
+        self.wread = False  # reads take the write lock (Mnesia's wread): no lock round to write
         self._req = 0
 
     def build(self, sim: Sim, node: SimNode) -> Any:
@@ -303,7 +304,11 @@ class MnesiaKind:
         tid, table, (k1, k2) = script["tid"], script["table"], script["keys"]
         step = script["step"]
         if step < 2:
-            self._request(sim, node, "tx_read", tid=tid, table=table, key=(k1, k2)[step])
+            key = (k1, k2)[step]
+            if self.wread:
+                self._request(sim, node, "tx_read", tid=tid, table=table, key=key, lock="write")
+            else:
+                self._request(sim, node, "tx_read", tid=tid, table=table, key=key)
         elif step < 4:
             k = (k1, k2)[step - 2]
             seen = [r["v"] if isinstance(r, dict) else None for r in script["reads"]]
@@ -402,12 +407,18 @@ def _heal_everything(sim: Sim) -> None:
 
 
 def prepare(
-    schedule: MnesiaSchedule, trace_len: int | None = 300, **core_options: Any
+    schedule: MnesiaSchedule,
+    trace_len: int | None = 300,
+    *,
+    wread: bool = False,
+    **core_options: Any,
 ) -> MnesiaRun:
+    """A run of `schedule`, ready to go; `wread`: the transactions read with write locks."""
     sim = Sim(schedule.seed, net=NetConfig(net_ticktime=1.0), trace_len=trace_len)
     record = Record()
     kind = MnesiaKind(list(schedule.nodes), schedule.merge, record, stop_at=schedule.heal_at)
     kind.options = {**CORE_OPTIONS, **core_options}
+    kind.wread = wread
     sim.add_kind(kind)
     for name in schedule.nodes:
         sim.add_node(name)
@@ -488,11 +499,11 @@ def sweep_scale() -> float:
 
 
 def run_seed(
-    seed: int, n_nodes: int, merge: str, **core_options: Any
+    seed: int, n_nodes: int, merge: str, *, wread: bool = False, **core_options: Any
 ) -> tuple[MnesiaRun, Violation | None]:
     """Run one named schedule; the run and its violation (None if every invariant held)."""
     schedule = generate(seed, n_nodes, merge)
-    run = prepare(schedule, **core_options)
+    run = prepare(schedule, wread=wread, **core_options)
     try:
         run.sim.run_until(schedule.end)
         check_end(run)
@@ -505,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     """Replay one schedule or sweep many:
 
     python -m tests.sim.mnesia --seed 58 --nodes 4 --merge autoheal [--trace N]
-    python -m tests.sim.mnesia --sweep 80 --nodes 3-5 --merge all [--first 0]
+    python -m tests.sim.mnesia --sweep 80 --nodes 3-5 --merge all [--first 0] [--wread]
     """
     import argparse
     import time
@@ -517,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", type=int, default=0, help="print the last N trace entries")
     p.add_argument("--sweep", type=int, default=0, help="run this many seeds per size and mode")
     p.add_argument("--first", type=int, default=0, help="the first seed of a sweep")
+    p.add_argument("--wread", action="store_true", help="transactions read with write locks")
     a = p.parse_args(argv)
     lo, _, hi = a.nodes.partition("-")
     sizes = range(int(lo), int(hi or lo) + 1)
@@ -525,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         status = 0
         for n in sizes:
             for merge in merges:
-                run, v = run_seed(a.seed, n, merge)
+                run, v = run_seed(a.seed, n, merge, wread=a.wread)
                 print(run.report(v) if v else f"ok seed={a.seed} nodes={n} merge={merge}")
                 if a.trace and not v:
                     print(run.sim.format_trace(a.trace))
@@ -538,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.process_time()
             bad = []
             for seed in range(a.first, a.first + a.sweep):
-                _run, v = run_seed(seed, n, merge)
+                _run, v = run_seed(seed, n, merge, wread=a.wread)
                 total += 1
                 if v is not None:
                     bad.append(f"{seed} ({str(v).split(':')[0]})")

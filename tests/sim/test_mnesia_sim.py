@@ -23,6 +23,14 @@ PLAN = {
     ("lww", 5): 15,
 }
 
+# The same, with transactions that read with write locks (wread: their writes take no lock
+# round of their own).
+WREAD_PLAN = {
+    ("none", 3): 10,
+    ("autoheal", 4): 10,
+    ("lww", 3): 10,
+}
+
 # Schedules the current core is known to fail (strict xfail: a fix turns them into XPASS,
 # which fails the suite until the entry is removed). docs/mnesia_like.md says what each is.
 KNOWN_FAILURES: dict[tuple[str, int, int], str] = {}
@@ -65,6 +73,21 @@ def test_random_schedules(merge: str, nodes: int, seed: int) -> None:
     except Violation as v:
         pytest.fail(run.report(v), pytrace=False)
     assert run.record.committed > 0  # the workload ran
+
+
+@pytest.mark.parametrize(
+    ("merge", "nodes", "seed"),
+    [
+        pytest.param(merge, nodes, seed, id=f"wread-{merge}-{nodes}-{seed}")
+        for (merge, nodes), count in WREAD_PLAN.items()
+        for seed in range(max(1, round(count * sweep_scale())))
+    ],
+)
+def test_random_schedules_with_wread(merge: str, nodes: int, seed: int) -> None:
+    run, v = run_seed(seed, nodes, merge, wread=True)
+    if v is not None:
+        pytest.fail(run.report(v), pytrace=False)
+    assert run.record.committed > 0
 
 
 def test_a_run_replays_exactly() -> None:

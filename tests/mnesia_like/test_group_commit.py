@@ -1,0 +1,230 @@
+"""Group commit in the Mnesia shell: one fsync per log for a batch of commits, and nothing
+that depends on a commit (an ack, a reply, a message to another node) leaves before it.
+
+Real stores over real NetKernels on loopback with real disc copies (tests/mnesia_like/
+test_shell.py's Cluster). The check is made where effects are performed: whenever the shell
+performs a message to another node or a final answer to a caller, no disc log of that store
+may hold an appended commit that is not fsynced yet.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pykka
+import pytest
+
+from mnesia_like import Mnesia, MnesiaError, Schema
+from mnesia_like.disc_log import TableLog
+from mnesia_like.effects import Reply
+from monitors.effects import Send
+from tests.mnesia_like.test_shell import Cluster, three
+from tests.waiting import wait_until
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+class Watch:
+    """Counts appends and fsyncs, and finds every message to another node or final answer to
+    a caller that a store performed before the fsync of a commit appended before the core
+    asked for it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fsync_delay: float = 0.003) -> None:
+        self.violations: list[tuple[str, Any, str]] = []
+        self.appends = 0
+        self.fsyncs = 0
+        appended: dict[int, int] = {}  # id(TableLog) -> commits appended
+        synced: dict[int, int] = {}  # id(TableLog) -> commits known to be on disc
+        covers: dict[int, int] = {}  # id(SyncTicket) -> commits it covers
+        made: dict[int, dict[int, int]] = {}  # id(effect) -> appended when the core made it
+        names: dict[int, str] = {}
+        real_perform_list = Mnesia._perform_list
+        real_perform = Mnesia._perform_one
+        real_append = TableLog.append_commit
+        real_sync = TableLog.sync
+        real_begin = TableLog.sync_begin
+        real_end = TableLog.sync_end
+        real_fdatasync = os.fdatasync
+        watch = self
+
+        def perform_list(shell: Mnesia, effects: Any) -> None:
+            for effect in effects:  # one by one: each made after the effects before it ran
+                made[id(effect)] = {id(t): appended.get(id(t), 0) for t in shell._logs.values()}
+                real_perform_list(shell, [effect])
+
+        def perform_one(shell: Mnesia, effect: Any) -> None:
+            kind = type(effect)
+            before = made.pop(id(effect), {})
+            if kind is Send or (kind is Reply and effect.req_id not in shell._early):
+                for key, count in before.items():
+                    if synced.get(key, 0) < count:
+                        watch.violations.append((shell.kernel.node, effect, names[key]))
+            real_perform(shell, effect)
+
+        def append_commit(log: TableLog, tid: int, ops: Any, **kw: Any) -> None:
+            watch.appends += 1
+            real_append(log, tid, ops, **kw)
+            appended[id(log)] = appended.get(id(log), 0) + 1
+            names[id(log)] = log.table
+
+        def sync(log: TableLog) -> None:
+            real_sync(log)
+            synced[id(log)] = appended.get(id(log), 0)
+
+        def sync_begin(log: TableLog) -> Any:
+            ticket = real_begin(log)
+            if ticket is not None:
+                covers[id(ticket)] = appended.get(id(log), 0)
+            return ticket
+
+        def sync_end(log: TableLog, ticket: Any, error: Any = None) -> None:
+            real_end(log, ticket, error)
+            synced[id(log)] = max(synced.get(id(log), 0), covers.pop(id(ticket)))
+
+        def fdatasync(fd: int) -> None:
+            watch.fsyncs += 1
+            time.sleep(fsync_delay)  # a slow disc: commits queue up behind each fsync
+            real_fdatasync(fd)
+
+        monkeypatch.setattr(Mnesia, "_perform_list", perform_list)
+        monkeypatch.setattr(Mnesia, "_perform_one", perform_one)
+        monkeypatch.setattr(TableLog, "append_commit", append_commit)
+        monkeypatch.setattr(TableLog, "sync", sync)
+        monkeypatch.setattr(TableLog, "sync_begin", sync_begin)
+        monkeypatch.setattr(TableLog, "sync_end", sync_end)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+
+def run_threads(n: int, fn: Callable[[int], None]) -> None:
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            fn(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+
+
+def test_no_ack_or_reply_precedes_the_fsync_of_its_commit(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = Watch(monkeypatch)
+    a, b, _c = three(cluster)
+    na, nb, nc = cluster.names
+    a.create_table("n", disc_copies=[na, nb, nc])
+    a.create_table("solo", disc_copies=[na])  # transactions with one participant
+    per_client = 12
+
+    def client(i: int) -> None:
+        db = a if i % 2 else b
+        for j in range(per_client):
+            table = "solo" if i == 0 else "n"
+            key = f"k{i}"
+
+            def bump(tx: Any, table: str = table, key: str = key, w: bool = j % 2 == 1) -> None:
+                row = tx.wread(table, key) if w else tx.read(table, key)
+                tx.write(table, {"key": key, "value": (row["value"] if row else 0) + 1})
+
+            (a if table == "solo" else db).transaction(bump)
+            db.dirty_write("n", {"key": f"d{i}", "value": j})
+
+    run_threads(5, client)
+    assert watch.violations == []
+    assert a.dirty_read("solo", "k0") == {"key": "k0", "value": per_client}
+    for i in range(1, 5):
+        for db in (a, b):
+            wait_until(
+                lambda db=db, i=i: db.dirty_read("n", f"k{i}") == {"key": f"k{i}", "value": 12},
+                "replicated",
+            )
+    # a batch shares its fsyncs: fewer fsyncs than commits appended
+    assert 0 < watch.fsyncs < watch.appends, (watch.fsyncs, watch.appends)
+
+
+def test_the_check_catches_an_ack_that_does_not_wait(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the holding back, replies would leave before the fsync: the check sees it."""
+    watch = Watch(monkeypatch)
+    monkeypatch.setattr(Mnesia, "_may_pass", lambda *_args: True)
+    db = cluster.start(cluster.names[0], extra_db_nodes=[])
+    db.create_table("t", disc_copies=[cluster.names[0]])
+    db.dirty_write("t", {"key": 1, "value": 1})
+    assert any(type(v[1]) is Reply for v in watch.violations)
+
+
+def test_a_failed_group_fsync_answers_nobody_and_ends_the_store(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = cluster.names[0]
+    db = cluster.start(name, extra_db_nodes=[])
+    db.create_table("t", disc_copies=[name])
+    db.dirty_write("t", {"key": 1, "value": "durable"})
+    ref = cluster.stores[name]
+
+    def failing(_fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    outcomes: list[Any] = []
+
+    def writer(i: int) -> None:
+        try:
+            db.dirty_write("t", {"key": 10 + i, "value": "lost"})
+            outcomes.append("acknowledged")
+        except (MnesiaError, pykka.ActorDeadError) as exc:  # stopped, or gone before the call
+            outcomes.append(exc)
+
+    run_threads(3, writer)
+    assert len(outcomes) == 3 and "acknowledged" not in outcomes
+    wait_until(lambda: not ref.is_alive(), "the store ended")
+    monkeypatch.undo()
+    cluster.stores.pop(name)
+    again = cluster.start(name, extra_db_nodes=[])
+    again.wait_for_tables(["t"], timeout=10)
+    assert again.dirty_read("t", 1) == {"key": 1, "value": "durable"}
+
+
+def test_wread_counters_on_one_key_from_three_stores(cluster: Cluster) -> None:
+    dbs = three(cluster)
+    dbs[0].create_table("c", disc_copies=cluster.names)
+    # a transaction: on every replica when it returns (a dirty write reaches the others later)
+    dbs[0].transaction(lambda tx: tx.write("c", {"key": "n", "value": 0}))
+
+    def bump(tx: Any) -> None:
+        row = tx.wread("c", "n")
+        tx.write("c", {"key": "n", "value": row["value"] + 1})
+
+    def client(i: int) -> None:
+        for _ in range(8):
+            dbs[i].transaction(bump)
+
+    run_threads(3, client)
+    for db in dbs:
+        assert db.dirty_read("c", "n") == {"key": "n", "value": 24}
+
+
+def test_schema_read_keeps_its_default_lock(cluster: Cluster) -> None:
+    db: Schema = cluster.start(cluster.names[0], extra_db_nodes=[])
+    db.create_table("t", disc_copies=[cluster.names[0]])
+    db.dirty_write("t", {"key": 1, "value": 1})
+    assert db.transaction(lambda tx: tx.read("t", 1, lock="write")) == {"key": 1, "value": 1}
+    with pytest.raises(MnesiaError, match="lock must be"):
+        db.transaction(lambda tx: tx.read("t", 1, lock="sticky"))
