@@ -225,11 +225,7 @@ class DemoStack:
             wait_replicas=self.wait_replicas,
             data_root=self.executors_root,
         )
-        try:
-            self.spark = builder.getOrCreate()
-        except BaseException:  # Ctrl-C while the JVM starts: do not leave it behind
-            _kill_gateway()
-            raise
+        self.spark = builder.getOrCreate()  # a JVM left by a Ctrl-C here: stop() sweeps it
         self.spark.sparkContext.setLogLevel("ERROR")
         return self.spark
 
@@ -376,15 +372,3 @@ class DemoStack:
         deadline = time.monotonic() + timeout
         while self.executor_infos() and time.monotonic() < deadline:
             time.sleep(0.2)
-
-
-def _kill_gateway() -> None:
-    """Kill the JVM pyspark started for a SparkContext that never came up (its process is
-    the gateway's `proc`); a started context is stopped with spark.stop() instead."""
-    from pyspark import SparkContext
-
-    proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-        with contextlib.suppress(Exception):
-            proc.wait(10)
