@@ -19,8 +19,9 @@ Decisions worth knowing before reading the code (docs/mnesia_like.md has the res
   node last saw the table (the persisted `active` map, Mnesia's nodes-running-at-shutdown),
   or with force_load; else it waits, naming whom it waits for. If all of those are up and
   none has it loaded (they went down together), the one with the newest stamp loads first.
-- The mnesia monitor: `marks` are the peers this node saw go down while both ran
-  (persisted). A reconnect where each side marked the other is `inconsistent_database`.
+- The mnesia monitor: `marks` are the peers this node saw go down while both ran (persisted;
+  only peers known to count us as running, `_confirmed`). A reconnect where each side marked
+  the other is `inconsistent_database`.
   Then `merge` decides: none (stay split, as Mnesia), autoheal (the losing side reloads
   from the winner), lww (exchange contents and keep the newest entry per key).
 """
@@ -151,6 +152,11 @@ class MnesiaCore(TxMixin):
         self.loaded: set[str] = set()
         self.connected: set[str] = set()  # dist connections (nodeup/nodedown)
         self.running: set[str] = set()  # peers whose mnesia is connected to ours
+        # running peers known to count us as running too: a reply hello, a hello listing us
+        # or a `_TO_RUNNING` message came from them since they joined `running`. Only their
+        # loss is a down mark: a peer whose hello we took but which went before it took ours
+        # never ran with us (the liveness race, docs/mnesia_like.md)
+        self._confirmed: set[str] = set()
         self.peer_loaded: dict[str, set[str]] = {}
         self.peer_loading: dict[str, set[str]] = {}
         self._peer_disc_max: dict[str, dict[str, tuple[int, str]]] = {}
@@ -346,12 +352,15 @@ class MnesiaCore(TxMixin):
         """`node`'s mnesia is no longer connected to ours (nodedown, or it left)."""
         out: list[Effect] = []
         was_running = node in self.running
+        confirmed = node in self._confirmed
         self.running.discard(node)
+        self._confirmed.discard(node)
         self.peer_loaded.pop(node, None)
         self.peer_loading.pop(node, None)
         self._peer_disc_max.pop(node, None)
         if was_running:
-            self.marks.add(node)
+            if confirmed:
+                self.marks.add(node)
             out += [
                 Log.warning("mnesia down", node=node, why=why),
                 self._event("mnesia_down", node),
@@ -382,7 +391,7 @@ class MnesiaCore(TxMixin):
                 return [self._send(sender, "not_running")]
             return []
         try:
-            return handler(sender, msg, now)
+            out = handler(sender, msg, now)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             # Malformed content below the checked top level: drop it, keep running.
             return [
@@ -393,6 +402,13 @@ class MnesiaCore(TxMixin):
                     error=f"{type(exc).__name__}: {exc}",
                 )
             ]
+        if sender in self.running and (
+            msg["t"] in _TO_RUNNING
+            or (msg["t"] == "hello" and (msg["reply"] or self.node in msg["running"]))
+        ):
+            # it took our hello (its reply), or sent this as one of its running peers
+            self._confirmed.add(sender)
+        return out
 
     def timer(self, key: str, now: float, data: Any = None) -> list[Effect]:
         self._now = now
@@ -1035,6 +1051,9 @@ class MnesiaCore(TxMixin):
         self._peer_disc_max[sender] = dm
         if new:
             out += [Log.info("mnesia up", node=sender), self._event("mnesia_up", sender)]
+            # tell it that we count it as running: its hello to us may have gone before our
+            # store was there, and then nothing else would until our first check
+            out.append(self._send(sender, "up"))
         if sender in self._heal_side:
             self._heal_side.discard(sender)
             # join the rest of the winner's side, and let our old side find us inconsistent
@@ -1130,6 +1149,7 @@ class MnesiaCore(TxMixin):
             self.marks.add(peer)
             out.append(self._event("mnesia_down", peer))
         self.running.clear()
+        self._confirmed.clear()
         self.peer_loaded.clear()
         self.peer_loading.clear()
         self._peer_disc_max.clear()
@@ -1247,6 +1267,11 @@ class MnesiaCore(TxMixin):
         if sender in self.connected:
             out.append(self._hello(sender, reply=False))
         return out + self._persist()
+
+    def _on_up(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        """The peer took us in as running (receive() records it in `_confirmed`). Not
+        answered with `not_running` when we do not count it: its hello follows or is there."""
+        return []
 
     def _on_heal_req(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
         """The winner of an inconsistency tells us we lost: reload from it (or, if we are
@@ -1507,6 +1532,7 @@ _HANDLERS: dict[str, str] = {  # message type -> method (looked up per call: sub
     "heal_req": "_on_heal_req",
     "check": "_on_check",
     "not_running": "_on_not_running",
+    "up": "_on_up",
     "loaded": "_on_loaded",
     "loading": "_on_loading",
     "unloaded": "_on_unloaded",
@@ -1529,6 +1555,10 @@ _HANDLERS: dict[str, str] = {  # message type -> method (looked up per call: sub
     "outcome_q": "_on_outcome_q",
     "outcome_r": "_on_outcome_r",
 }
+
+# What a node sends only to the peers it counts as running: from a running peer, each tells
+# that it counts us as running too (`_confirmed`).
+_TO_RUNNING = frozenset({"up", "check", "loaded", "loading"})
 
 # Messages only a running peer (mnesia-connected) may send; others are dropped. Requests
 # (lock, prepare, copy_req, rread) get a negative answer instead, and transaction answers and

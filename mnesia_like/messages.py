@@ -33,6 +33,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "heal_req": {},
     "check": {"loaded": "list", "loading": "list"},  # optional "sums": {table: digests}
     "not_running": {},
+    "up": {},  # the sender now counts the receiver as running (its hello was taken)
     "loaded": {"tables": "list"},
     "loading": {"tables": "list"},
     "unloaded": {"tables": "list"},

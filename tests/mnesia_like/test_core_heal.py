@@ -112,6 +112,37 @@ def test_a_node_that_restarts_after_merge_none_is_taken_back() -> None:
     assert h.content(C, "t") == h.content(A, "t")
 
 
+def test_a_peer_that_goes_before_taking_our_hello_is_not_marked() -> None:
+    """The liveness race: b restarts after a crash (a marked it), and a crashes while their
+    hellos cross. b took a's hello, a never took b's: a never ran with b, so b must not mark
+    it, or both hold a mark and merge none keeps them split although nothing partitioned."""
+    h = cluster(2, merge="none")
+    h.crash(B)
+    assert h.cores[A].marks == {B}
+    run = h.run
+    h.run = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    h.boot(B)  # connects: both hellos are queued
+    h.run = run  # type: ignore[method-assign]
+    for src, _dst, msg in [m for m in h.queue if m[0] == A and m[1] == B]:
+        h.perform(B, h.cores[B].receive(src, msg, h.now))  # b takes a's hello, a not b's
+    assert A in h.cores[B].running
+    h.crash(A)
+    assert (B, A, None) in h.events_of("mnesia_down")
+    assert A not in h.cores[B].marks
+    h.boot(A)
+    h.run()
+    assert not h.events_of("inconsistent_database")
+    assert h.call(A, "system_info", key="running_db_nodes") == [A, B]
+    assert h.call(B, "system_info", key="running_db_nodes") == [A, B]
+
+
+def test_a_peer_that_took_our_hello_is_marked_when_it_goes() -> None:
+    """Once a peer is known to count us as running (its reply hello), its loss is a mark."""
+    h = cluster(2, merge="none")
+    h.cut(A, B)
+    assert h.cores[A].marks == {B} and h.cores[B].marks == {A}
+
+
 def test_status_shows_running_nodes_and_active_copies() -> None:
     h = cluster(2)
     h.call(A, "create_table", name="t", ram_copies=[A, B])

@@ -373,7 +373,7 @@ class MnesiaRun:
                 "last 80 trace entries:",
                 self.sim.format_trace(80),
                 f"replay: python -m tests.sim.mnesia --seed {s.seed} --nodes {len(s.nodes)} "
-                f"--merge {s.merge} --trace 400",
+                f"--merge {s.merge}{' --wread' if self.kind.wread else ''} --trace 400",
             ]
         )
 
