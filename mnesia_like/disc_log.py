@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from monitors.durable_files import atomic_write, fsync_dir, write_all
+
 log = logging.getLogger("mnesia_like.disc_log")
 
 FORMAT = 1  # version of the log and snapshot formats; both record it
@@ -133,48 +135,6 @@ def key_json(key: Any) -> str:
 def key_from_json(text: str) -> Any:
     """The key a `key_json` text stands for (a tuple comes back as a list)."""
     return json.loads(text)
-
-
-def fsync_dir(directory: str | os.PathLike[str]) -> None:
-    """fsync a directory, so that a rename or unlink in it survives a crash."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str | os.PathLike[str], chunks: bytes | Sequence[bytes]) -> None:
-    """Replace `path` with `chunks` so that a crash leaves the old file or the new one, whole.
-
-    Written to `<path>.tmp`, fsynced, renamed over `path`, and the directory fsynced: without
-    the first fsync a crash could leave a renamed but empty file, without the last the rename.
-    """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    parts = [chunks] if isinstance(chunks, bytes | bytearray | memoryview) else chunks
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            for part in parts:
-                _write_all(fd, part)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
-
-
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    written = os.write(fd, data)
-    if written < len(data):  # a regular file only writes short when the disc is full
-        view = memoryview(data)
-        while written < len(data):
-            written += os.write(fd, view[written:])
 
 
 def _check_fsync(fsync: Any) -> FsyncPolicy:
@@ -623,7 +583,7 @@ class TableLog:
         fd = self._fd
         assert fd is not None
         try:
-            _write_all(fd, record)
+            write_all(fd, record)
         except OSError as exc:
             # Take a partial record back out, or the next append would follow garbage and
             # turn a torn tail into damage in the middle.

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .disc_log import atomic_write
+from monitors.durable_files import atomic_write
 
 SCHEMA_FILE_NAME = "schema.json"
 SCHEMA_FORMAT = "rabbitry.mnesia_like.schema"

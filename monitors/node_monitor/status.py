@@ -23,13 +23,14 @@ Reading is strict about corruption and lenient about history:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from monitors.durable_files import atomic_write
 
 CLUSTER_NODES_FILE = "cluster_nodes.config"
 RUNNING_NODES_FILE = "nodes_running_at_shutdown"
@@ -88,43 +89,6 @@ class ClusterStatus:
 
 
 # ------------------------------------------------------------------------------- writing
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` by `data` so that a crash leaves the old or the new content, never a mix."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is only durable once the directory entry is; some filesystems (and Windows)
-    # cannot open a directory, which is then as good as it gets.
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
 
 
 def _dump(obj: dict[str, Any]) -> bytes:
