@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rabbitry.cli_cluster import format_mnesia
+from rabbitry.cli.cluster import format_mnesia
 from rabbitry.control import ControlError
 from tests.waiting import wait_until
 

@@ -1,6 +1,6 @@
 """The `rabbitry` command: assembles the subcommands and runs the one asked for.
 
-Each group of subcommands lives in its own module (`rabbitry.cli_tree` for `rabbitry tree ...`)
+Each group of subcommands lives in its own module (`rabbitry.cli.tree` for `rabbitry tree ...`)
 with a `register(commands)` function that adds its parser to the `commands` subparsers and sets
 `handler` (a function taking the parsed args and returning an exit code) on each leaf parser.
 To add a group, write such a module and list it in COMMAND_MODULES.
@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from typing import Any
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "rabbitry.cli_tree",
-    "rabbitry.cli_node",
-    "rabbitry.cli_cluster",
-    "rabbitry.cli_faultproxy",
-    "rabbitry.cli_failover",
-    "rabbitry.cli_pipeline",
-    "rabbitry.cli_demo",
+    "rabbitry.cli.tree",
+    "rabbitry.cli.node",
+    "rabbitry.cli.cluster",
+    "rabbitry.cli.faultproxy",
+    "rabbitry.cli.failover",
+    "rabbitry.cli.pipeline",
+    "rabbitry.cli.demo",
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
