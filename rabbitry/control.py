@@ -205,6 +205,11 @@ class ControlClient:
         """The node's cluster status, with exactly the keys in STATUS_KEYS."""
         return self._request("GET", "/status")
 
+    def app(self) -> dict[str, Any]:
+        """The node's application tree: state (running, stopped, restarting, none), tree, and
+        last_error (why it last failed to start, or None)."""
+        return self._request("GET", "/app")
+
     def gossip(self) -> dict[str, Any]:
         """The node's gossip state: clock, alive workers, revoked count, bus, elections."""
         return self._request("GET", "/gossip")

@@ -32,6 +32,7 @@ from monitors.node_monitor.shell import AppControl, NodeMonitor
 from monitors.node_monitor.status import atomic_write
 from rabbitry.control import Conflict, ControlServer
 from rabbitry.node_config import NodeConfig
+from rabbitry.node_files import describe, node_run_dir, with_run_dir
 from supervisors import ChildSpec, Process, Supervisor, SupFlags
 
 log = logging.getLogger("rabbitry.node")
@@ -140,6 +141,9 @@ class Node:
         self._once_lock = threading.Lock()
         # elect_once keys this node handed out; bounded like the revoked set
         self._once_ran = LimitedSet(maxlen=50_000, expires=3 * 3600.0)
+        # Why the application last failed to start (None once it starts), for GET /app and
+        # `rabbitry cluster status`: a node that is up but not running says why.
+        self._app_error: dict[str, Any] | None = None
 
     @classmethod
     def start(cls, config: NodeConfig) -> Node:
@@ -185,8 +189,32 @@ class Node:
         host, port = self.parts.control.proxy().get_address().get(timeout=5)
         return f"{host}:{port}"
 
+    @property
+    def run_dir(self) -> Path:
+        """Where this node's OsProcesses keep their default pid and log files (see
+        rabbitry.node_files): under data_dir, so nodes sharing a host never share them."""
+        return node_run_dir(self.config.data_dir)
+
     def status(self) -> dict[str, Any]:
         return self.parts.monitor.proxy().get_status().get(timeout=10)
+
+    def app_status(self) -> dict[str, Any]:
+        """GET /app: whether the application tree runs, and the last error that kept it from
+        starting (cleared by a successful start)."""
+        state = "none"
+        if self.config.tree is not None:
+            state = "stopped"
+            if self._root_ready.is_set():
+                for child in self.root.proxy().which_children().get(timeout=10):
+                    if child.id == "app":
+                        state = "restarting" if child.ref == "restarting" else "running"
+        tree = self.config.tree
+        return {
+            "node": self.config.node,
+            "tree": str(tree.file) if tree is not None and tree.file else None,
+            "state": state,
+            "last_error": self._app_error,
+        }
 
     # ------------------------------------------------------------------ the children
 
@@ -217,8 +245,9 @@ class Node:
     def _app_spec(self) -> ChildSpec:
         tree = self.config.tree
         assert tree is not None
+        children = with_run_dir(tree.children, self.run_dir)
         return ChildSpec(
-            "app", (Supervisor, (tree.flags, tree.children), {"name": "app"}), type="supervisor"
+            "app", (Supervisor, (tree.flags, children), {"name": "app"}), type="supervisor"
         )
 
     def _start_kernel(self) -> Any:
@@ -408,6 +437,7 @@ class Node:
         assert address is not None
         routes = {
             ("GET", "/status"): lambda _body: self.status(),
+            ("GET", "/app"): lambda _body: self.app_status(),
             ("GET", "/gossip"): lambda _body: self.gossip_status(),
             ("GET", "/gossip/revoked"): lambda _body: self._revoked(),
             ("POST", "/gossip/revoke"): self._revoke,
@@ -439,10 +469,15 @@ class Node:
     def _resume_app(self) -> None:
         if self.config.tree is None:
             return
-        if self._has_app_child():
-            self.root.proxy().restart_child("app").get()
-        else:  # held at boot: the first start
-            self.root.proxy().start_child(self._app_spec()).get()
+        try:
+            if self._has_app_child():
+                self.root.proxy().restart_child("app").get()
+            else:  # held at boot: the first start
+                self.root.proxy().start_child(self._app_spec()).get()
+        except Exception as exc:  # the monitor logs it and retries; keep it for GET /app
+            self._app_error = {"error": describe(exc), "at": time.time()}
+            raise
+        self._app_error = None
 
     def _app_weight(self) -> int:
         """Autoheal's weight: the application's running children (0 when paused)."""

@@ -152,6 +152,9 @@ def run_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"rabbitry-{os.getuid()}", "run")
 
 
+_user_run_dir = run_dir  # OsProcess's `run_dir` argument shadows the function's name
+
+
 def default_name(command: Sequence[str]) -> str:
     """A short name that is stable for a command line: its program's name plus a hash of the
     whole command, so that restarts of the same command find the same log and pid files."""
@@ -165,6 +168,8 @@ class OsProcess(Process):
 
     `env` is merged over os.environ; `cwd` is the working directory. `name` (default: a stable
     hash of the command) names the default `<run_dir>/<name>.log` and `<run_dir>/<name>.pid`.
+    `run_dir` (default: `run_dir()`, per user) is where those defaults go; a node passes its own
+    `<data_dir>/run`, so that two nodes on one host running the same tree never share a file.
     `grace` is how long a stop waits after SIGTERM before SIGKILL; give the ChildSpec a
     `shutdown` longer than `grace`, or the supervisor's kill cuts the grace short.
 
@@ -188,6 +193,7 @@ class OsProcess(Process):
         log_file: str | os.PathLike[str] | None = None,
         pid_file: str | os.PathLike[str] | None = None,
         grace: float = 5.0,
+        run_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self._command = _check_command(command)
@@ -206,11 +212,13 @@ class OsProcess(Process):
         ):
             raise ValueError(f"grace must be a finite number of seconds >= 0; got {grace!r}")
         self._grace = float(grace)
-        default_dir = run_dir() if log_file is None or pid_file is None else None
+        default_dir = None
+        if log_file is None or pid_file is None:
+            default_dir = os.path.abspath(os.fspath(run_dir)) if run_dir else _user_run_dir()
         # The per-user directory under the shared temp dir must be checked for ownership.
         self._private_base = (
             os.path.dirname(default_dir)
-            if default_dir is not None and not os.environ.get(RUN_DIR_ENV)
+            if default_dir is not None and not run_dir and not os.environ.get(RUN_DIR_ENV)
             else None
         )
         self._log_file = (

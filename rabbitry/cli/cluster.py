@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,13 @@ def status_command(args: argparse.Namespace) -> int:
         return 0
     print(format_status(status))
     try:
+        app = client.app()
+    except ControlError as exc:
+        if exc.status != 404:  # 404: a node older than GET /app
+            print(f"  application    unavailable: {exc}")
+    else:
+        print(format_app(app))
+    try:
         gossip = client.gossip()
     except ControlError as exc:
         if exc.status != 409:  # 409: no bus configured, nothing to show
@@ -156,6 +164,17 @@ def format_mnesia(store: dict[str, Any]) -> str:
         copies = [n if n in active else f"{n} (inactive)" for n in table.get("all") or []]
         lines.append(f"  table {name:<8} {', '.join(copies) or '-'}")
     return "\n".join(lines)
+
+
+def format_app(app: dict[str, Any]) -> str:
+    """The application line of `rabbitry cluster status`: its state, and why it last failed
+    to start while it is not running (a node that is up but not running says why)."""
+    line = f"  application    {app.get('state')}"
+    error = app.get("last_error")
+    if error and app.get("state") != "running":
+        when = time.strftime("%H:%M:%S", time.localtime(error.get("at", 0)))
+        line += f"\n  last error     {error.get('error')} (at {when})"
+    return line
 
 
 def format_gossip(gossip: dict[str, Any]) -> str:
