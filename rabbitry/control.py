@@ -5,7 +5,8 @@ label under the cluster cookie: whoever can read the cookie file may control the
 cookie itself never crosses the socket. The server only binds loopback addresses.
 
 Routes:
-    GET  /status           the cluster status: node, all, disc, running, partitions, paused, alarms
+    GET  /status           the cluster status: node, all, disc, running, partitions, paused, alarms,
+                           ephemeral
     POST /cluster/join     {"node": "b@h", "address": "h:7002"}   join b's cluster
     POST /cluster/leave    {}                                     leave the cluster
     POST /cluster/forget   {"node": "b@h"}                        remove b from the membership
@@ -44,7 +45,16 @@ log = logging.getLogger("rabbitry.control")
 
 TOKEN_LABEL = b"rabbitry-control-v1"
 MAX_BODY = 64 * 1024
-STATUS_KEYS = ("node", "all", "disc", "running", "partitions", "paused", "alarms")
+STATUS_KEYS = (
+    "node",
+    "all",
+    "disc",
+    "running",
+    "partitions",
+    "paused",
+    "alarms",
+    "ephemeral",
+)
 
 Handler = Callable[[dict[str, Any]], Any]
 

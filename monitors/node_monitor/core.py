@@ -14,6 +14,12 @@ Decisions worth knowing before reading the code:
   timer (`_settle`), never a process that can be busy (RabbitMQ #2175, #8110).
 - Besides RabbitMQ's own messages, nodes gossip views (who they can see, views.py), so that
   every node resolves a partial partition the same way (partitions.decompose).
+- Ephemeral members (role: ephemeral, their own core in ephemeral.py) are never members here:
+  they stay out of all/disc/running, views, majorities, autoheal and the cluster files, so they
+  cannot change a decision. A core node learns the role from the ephemeral node's node_up,
+  answers it with its record and the member list (and again whenever either changes), never
+  connects to it, and forgets it when it leaves (telling the other core nodes) or once its
+  link has been down for `forget_ephemeral_after` seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from monitors.effects import CancelTimer, Connect, Disconnect, Effect, Log, Send
 from monitors.node_monitor import autoheal as ah
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
+from monitors.node_monitor.ephemeral import ROLE_CORE, ROLE_EPHEMERAL
 from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
 from monitors.node_monitor.partitions import decompose, is_fully_connected, majority, part_of
 from monitors.node_monitor.status import ClusterStatus
@@ -35,6 +42,7 @@ TIMER_PAUSE_CHECK = "pause_check"
 TIMER_KEEPALIVE = "keepalive"
 TIMER_STARTUP = "startup"
 CUT_TIMER = "disconnect:"  # + node: close a link we asked the peer to close
+FORGET_TIMER = "forget_ephemeral:"  # + node: forget an ephemeral member down this long
 
 _NOTHING = object()
 
@@ -43,6 +51,7 @@ class NodeMonitorCore:
     """One node's monitor. Every public method returns the effects to perform, in order."""
 
     NAME = "rabbit_node_monitor"
+    role = ROLE_CORE
 
     def __init__(
         self,
@@ -59,6 +68,7 @@ class NodeMonitorCore:
         status_timeout: float = 5.0,
         disconnect_delay: float = 0.1,
         hold_app: bool = False,
+        forget_ephemeral_after: float = 30.0,
     ) -> None:
         self.node = node
         self.creation = creation
@@ -109,6 +119,11 @@ class NodeMonitorCore:
         self._started = False
         self._want_autoheal = False
         self.autoheal = ah.Autoheal(timeout=autoheal_timeout, status_timeout=status_timeout)
+        self.forget_ephemeral_after = forget_ephemeral_after
+        self._eph: dict[str, int] = {}  # ephemeral members we know -> creation
+        self._eph_down: dict[str, float] = {}  # ... of which down, since
+        self._eph_said: tuple[Any, ...] | None = None  # what they were last told of us
+        self._eph_misnamed: set[str] = set()  # members that said they are ephemeral
 
     # ======================================================================= queries
 
@@ -128,7 +143,12 @@ class NodeMonitorCore:
             "partitions": sorted(self._partitions),
             "paused": self._paused,
             "alarms": {n: sorted(r) for n, r in sorted(self._alarms.items()) if r},
+            "ephemeral": sorted(set(self._eph) - set(self._eph_down)),
         }
+
+    def ephemeral_members(self) -> tuple[list[str], list[str]]:
+        """(up, down) ephemeral members this node knows (down ones until forgotten)."""
+        return sorted(set(self._eph) - set(self._eph_down)), sorted(self._eph_down)
 
     def cluster_status(self) -> ClusterStatus:
         return ClusterStatus(all=self._all, disc=self._disc, running=self._running)
@@ -196,7 +216,7 @@ class NodeMonitorCore:
             self._timers.discard(CUT_TIMER + node)
             out.append(CancelTimer(CUT_TIMER + node))
         if node not in self._all:
-            return out
+            return out + self._ephemeral_down(node, now)
         out.append(Log.warning("node down", node=node, reason=reason))
         if reason != "disconnect" and node not in self._cut:
             out += self._check_partial_partition(node)
@@ -209,6 +229,13 @@ class NodeMonitorCore:
         if bad:
             return [Log.warning("node monitor: dropped a bad message", sender=sender, problem=bad)]
         t = msg["t"]
+        if sender != self.node and (
+            sender in self._eph or msg.get("role") == ROLE_EPHEMERAL or sender in self._all
+        ):
+            if sender not in self._all:
+                return self._on_ephemeral(sender, msg, now) + self._settle(now)
+            if msg.get("role") == ROLE_EPHEMERAL:
+                return self._misnamed(sender)
         joining = t == "joined_cluster" and msg["node"] == sender
         if sender == self.node or (sender not in self._all and not joining):
             return [
@@ -245,6 +272,8 @@ class NodeMonitorCore:
             return []  # cancelled, or fired twice: nothing to do
         self._timers.discard(key)
         out: list[Effect] = []
+        if key.startswith(FORGET_TIMER):
+            return self._forget_ephemeral(key[len(FORGET_TIMER) :], "down too long", now)
         if key.startswith(CUT_TIMER):
             node = key[len(CUT_TIMER) :]
             if node in self._up and node in self._cut:
@@ -262,6 +291,8 @@ class NodeMonitorCore:
             table = self._views.wire()  # every view we hold: relays can be lost too
             for n in sorted(self._connected()):
                 out.append(self._send(n, "keepalive", views=table, **self._peer_record(n)))
+            for n in sorted(set(self._eph) - set(self._eph_down)):
+                out.append(self._send(n, "keepalive", **self._ephemeral_record(n)))
             self._want_autoheal = True  # a denied heal is retried at this steady pace
         elif key == TIMER_STARTUP:
             self._booting = False
@@ -586,6 +617,89 @@ class NodeMonitorCore:
             out.append(self._send(self.autoheal.winner or sender, "app_down"))
         return out
 
+    # ======================================================================= ephemeral members
+
+    def _on_ephemeral(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        """A message from an ephemeral node: its record (attach, refresh) or its leave."""
+        t = m["t"]
+        if t in ("node_up", "announce", "keepalive") and "node" in m:
+            if m["node"] != sender or sender not in self._up:
+                return []  # a record for another node, or from a link that has gone
+            out: list[Effect] = []
+            if self._eph.get(sender) != m["creation"] or sender in self._eph_down:
+                out.append(Log.info("ephemeral member up", node=sender))
+            self._eph[sender] = m["creation"]
+            self._eph_down.pop(sender, None)
+            if FORGET_TIMER + sender in self._timers:
+                self._timers.discard(FORGET_TIMER + sender)
+                out.append(CancelTimer(FORGET_TIMER + sender))
+            if t == "node_up":
+                out.append(self._send(sender, "announce", **self._ephemeral_record(sender)))
+            return out
+        if t == "left_cluster" and m["node"] == sender and sender in self._eph:
+            creation = self._eph[sender]
+            out = self._forget_ephemeral(sender, "it left", now)
+            return out + self._broadcast("ephemeral_left", node=sender, creation=creation)
+        return []
+
+    def _on_ephemeral_left(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        """Another core node saw an ephemeral member leave: so do we, if it is the same
+        incarnation (a restarted one under the same name stays)."""
+        node = m["node"]
+        if self._eph.get(node) != m["creation"]:
+            return []
+        return self._forget_ephemeral(node, f"it left ({sender} was told)", now)
+
+    def _ephemeral_down(self, node: str, now: float) -> list[Effect]:
+        if node not in self._eph or node in self._eph_down:
+            return []
+        self._eph_down[node] = now
+        self._timers.add(FORGET_TIMER + node)
+        return [
+            Log.info(
+                "ephemeral member down",
+                node=node,
+                forgotten_in=self.forget_ephemeral_after,
+            ),
+            SetTimer(FORGET_TIMER + node, self.forget_ephemeral_after),
+        ]
+
+    def _forget_ephemeral(self, node: str, why: str, now: float) -> list[Effect]:
+        if node not in self._eph:
+            return []
+        since = self._eph_down.pop(node, None)
+        del self._eph[node]
+        out: list[Effect] = []
+        if FORGET_TIMER + node in self._timers:
+            self._timers.discard(FORGET_TIMER + node)
+            out.append(CancelTimer(FORGET_TIMER + node))
+        down = {} if since is None else {"down_for": round(now - since, 3)}
+        return [*out, Log.info("ephemeral member forgotten: " + why, node=node, **down)]
+
+    def _misnamed(self, sender: str) -> list[Effect]:
+        if sender in self._eph_misnamed:
+            return []
+        self._eph_misnamed.add(sender)
+        return [
+            Log.error(
+                "a core member says it is ephemeral; its messages are dropped. Give it back "
+                "role: core, or run `rabbitry cluster forget` for it on a core node first",
+                node=sender,
+            )
+        ]
+
+    def _ephemeral_record(self, peer: str) -> dict[str, Any]:
+        return {**self._peer_record(peer), "role": ROLE_CORE, "members": sorted(self._all)}
+
+    def _tell_ephemerals(self) -> list[Effect]:
+        """An ephemeral node follows us: tell it whenever the members or our running changed."""
+        said = (tuple(sorted(self._all)), tuple(sorted(self._disc)), self._app)
+        if said == self._eph_said:
+            return []
+        self._eph_said = said
+        up = sorted(set(self._eph) - set(self._eph_down))
+        return [self._send(n, "announce", **self._ephemeral_record(n)) for n in up]
+
     # ======================================================================= state helpers
 
     def _others(self) -> set[str]:
@@ -858,6 +972,7 @@ class NodeMonitorCore:
         out += self._review_cuts()
         out += self._refresh_view()
         out += self._clear_stale_partitions()
+        out += self._tell_ephemerals()
         return out + self._ensure_timers()
 
     def _refresh_view(self, skip: str | None = None) -> list[Effect]:

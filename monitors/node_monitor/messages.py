@@ -54,12 +54,21 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "autoheal_safe_to_start": {},
     "autoheal_finished": {"winner": "str"},
     "report_autoheal_status": {},
+    # ephemeral members (ephemeral.py): a core node tells the other core nodes that one left
+    "ephemeral_left": {"node": "str", "creation": "int"},
 }
 
 
 # Fields that may be there. A keepalive carries the sender's node_up record and its own view,
 # so that a lost node_up, app_down or view is repaired within one keepalive round.
-OPTIONAL: dict[str, dict[str, str]] = {"keepalive": {**_PEER, "views": "views"}}
+# A record also says the sender's role (core or ephemeral) and, from a core node to an
+# ephemeral one, the core members it knows.
+_ROLE = {"role": "str", "members": "[str]"}
+OPTIONAL: dict[str, dict[str, str]] = {
+    "keepalive": {**_PEER, "views": "views", **_ROLE},
+    "node_up": _ROLE,
+    "announce": _ROLE,
+}
 
 
 def _is_int(v: Any) -> bool:

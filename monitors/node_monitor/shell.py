@@ -31,6 +31,7 @@ from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTim
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
+from monitors.node_monitor.ephemeral import ROLE_EPHEMERAL, ROLES, EphemeralMonitorCore
 from monitors.node_monitor.status import ClusterStatus, read_cluster_status, write_cluster_status
 from supervisors import Process
 
@@ -73,6 +74,9 @@ class NodeMonitor(Process):
     `kernel` is the NetKernel (or its ref). The cluster status comes from `data_dir` when the
     cluster files exist, else from `initial_nodes` (the config file's cluster, all disc nodes,
     as RabbitMQ's classic config peer discovery forms the cluster at first start).
+
+    `role="ephemeral"` runs EphemeralMonitorCore instead: `initial_nodes` are then the core
+    members it attaches to, and nothing is read from or written to the cluster files.
     """
 
     trap_exit = True  # like rabbit_node_monitor: a supervisor shutdown must not cut a file write
@@ -85,9 +89,13 @@ class NodeMonitor(Process):
         *,
         initial_nodes: Iterable[str] = (),
         app: AppControl | None = None,
+        role: str = "core",
         **core_options: Any,
     ) -> None:
         super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"node monitor: role must be one of {', '.join(ROLES)}; got {role!r}")
+        self.role = role
         self._kernel_ref = kernel
         self.data_dir = Path(data_dir)
         if partition_handling is None or isinstance(partition_handling, PartitionHandling):
@@ -103,7 +111,7 @@ class NodeMonitor(Process):
         self._store_events: list[dict[str, Any]] = []
         self._app_jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._app_thread: threading.Thread | None = None
-        self.core: NodeMonitorCore | None = None
+        self.core: NodeMonitorCore | EphemeralMonitorCore | None = None
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -111,18 +119,27 @@ class NodeMonitor(Process):
         self.kernel = NetKernel.of(self._kernel_ref)
         node = self.kernel.node
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        status = read_cluster_status(self.data_dir, node)
-        if status is None:
-            nodes = sorted({node, *self._initial_nodes})
-            status = ClusterStatus(all=nodes, disc=nodes, running=[node])
-        self.core = NodeMonitorCore(
-            node,
-            self.kernel.creation,
-            status,
-            self._config,
-            disconnect_ban=self.kernel.disconnect_ban,
-            **self._core_options,
-        )
+        if self.role == ROLE_EPHEMERAL:
+            self.core = EphemeralMonitorCore(
+                node,
+                self.kernel.creation,
+                [n for n in self._initial_nodes if n != node],
+                self._config,
+                **self._core_options,
+            )
+        else:
+            status = read_cluster_status(self.data_dir, node)
+            if status is None:
+                nodes = sorted({node, *self._initial_nodes})
+                status = ClusterStatus(all=nodes, disc=nodes, running=[node])
+            self.core = NodeMonitorCore(
+                node,
+                self.kernel.creation,
+                status,
+                self._config,
+                disconnect_ban=self.kernel.disconnect_ban,
+                **self._core_options,
+            )
         self._app_thread = threading.Thread(
             target=self._app_loop, name=f"node-monitor-app-{node}", daemon=True
         )
@@ -136,8 +153,13 @@ class NodeMonitor(Process):
                 self._perform(self.core.nodeup(peer, creation, time.monotonic()))
 
     def on_stop(self) -> None:
+        if isinstance(self.core, EphemeralMonitorCore):  # a graceful stop is a leave
+            # only the messages: the application is being stopped by the node already
+            effects = self.core.left_cluster(self.core.node, time.monotonic())
+            with contextlib.suppress(Exception):
+                self._perform(e for e in effects if isinstance(e, Send | Log))
         self._shutdown()
-        if self.core is not None:  # RabbitMQ writes nodes_running_at_shutdown as it stops
+        if isinstance(self.core, NodeMonitorCore):  # RabbitMQ writes nodes_running_at_shutdown
             with contextlib.suppress(OSError):
                 write_cluster_status(self.data_dir, self.core.cluster_status())
 
@@ -249,10 +271,14 @@ class NodeMonitor(Process):
     def _cluster_query(self, _msg: dict[str, Any]) -> dict[str, Any]:
         assert self.core is not None
         status = self.core.status()
+        # core members only: an ephemeral node that joins must not learn where the other
+        # ephemeral nodes are (it never connects to them)
+        addresses = {**self.kernel.addresses(), self.kernel.node: self.kernel.address}
         return {
             "all": status["all"],
             "disc": status["disc"],
-            "addresses": {**self.kernel.addresses(), self.kernel.node: self.kernel.address},
+            "addresses": {n: a for n, a in addresses.items() if n in status["all"]},
+            "role": self.role,
         }
 
     def _learn_address(self, msg: dict[str, Any]) -> None:

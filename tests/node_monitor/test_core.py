@@ -23,7 +23,16 @@ from tests.node_monitor.helpers import CREATION, A, B, C, D, connect, core, of, 
 def test_status_has_exactly_the_cli_keys() -> None:
     c = core()
     c.start(0.0)
-    assert list(c.status()) == ["node", "all", "disc", "running", "partitions", "paused", "alarms"]
+    assert list(c.status()) == [
+        "node",
+        "all",
+        "disc",
+        "running",
+        "partitions",
+        "paused",
+        "alarms",
+        "ephemeral",
+    ]
     assert c.status() == {
         "node": A,
         "all": [A, B, C],
@@ -32,6 +41,7 @@ def test_status_has_exactly_the_cli_keys() -> None:
         "partitions": [],
         "paused": False,
         "alarms": {},
+        "ephemeral": [],
     }
 
 

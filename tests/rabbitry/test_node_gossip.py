@@ -67,7 +67,7 @@ def test_cluster_status_prints_the_gossip(cluster) -> None:
     out = _rabbitry(*args)
     assert "alive workers  b@127.0.0.1" in out and "clock" in out
     assert sorted(json.loads(_rabbitry(*args, "--json"))) == sorted(
-        ["node", "all", "disc", "running", "partitions", "paused", "alarms"]
+        ["node", "all", "disc", "running", "partitions", "paused", "alarms", "ephemeral"]
     )
 
 

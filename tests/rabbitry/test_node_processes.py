@@ -108,7 +108,16 @@ def test_three_nodes_form_the_cluster_and_report_it(cluster: Any) -> None:
     for name in NAMES:
         c.wait_for(f"{name} sees all running", lambda n=name: c.status(n)["running"] == list(NAMES))
     status = c.status(NAMES[0])
-    assert set(status) == {"node", "all", "disc", "running", "partitions", "paused", "alarms"}
+    assert set(status) == {
+        "node",
+        "all",
+        "disc",
+        "running",
+        "partitions",
+        "paused",
+        "alarms",
+        "ephemeral",
+    }
     assert status["all"] == list(NAMES) and status["paused"] is False
 
 

@@ -1,0 +1,437 @@
+"""EphemeralMonitorCore: the node monitor of an ephemeral node (a Spark executor, say).
+
+An ephemeral node attaches to the core of a cluster, as an Erlang hidden node, a Partisan
+client or a member without Akka SBR's `role` does (docs/membership.md). It has the same
+interface as NodeMonitorCore (fed events with the current time, returns effects) and is built
+instead of it when the node's config says `role: ephemeral`.
+
+Decisions worth knowing before reading the code:
+- It connects to core members only: the seeds from its config (or `rabbitry cluster join`)
+  and the members the core announces. It never opens a connection to another ephemeral node:
+  it sends no Connect for one, and it answers nobody but core members (a message sent to one
+  through NetKernel may still open a link, as with Erlang's hidden nodes).
+- It never counts. It sends no view, takes no part in partial-partition checks or autoheal,
+  and the core keeps it out of all/disc/running (core.py). Its own status names the core in
+  all/disc/running and itself in `ephemeral`.
+- It follows the core, decided from its own links and the records core members send it:
+  - pause_minority: run while it reaches a strict majority of the core, one of them running;
+  - pause_if_all_down: while it reaches a listed node, and a running core member;
+  - ignore, autoheal: while it reaches the running core member it follows (the least name
+    when it starts). When that member stops its application (an autoheal loser restarting, a
+    pause) or its link goes, the ephemeral node stops its application too, and starts it
+    again with a running member it reaches: it restarts with the side it was on.
+  Its application is held at boot until that holds, in every mode: a fresh executor must not
+  run before it knows it is on the side that runs.
+- The core's size is the union of the member lists core members sent (the seeds before any
+  came). Larger is the safe side of a majority, so a member one core node still lists counts
+  until that node drops it.
+- It never writes the cluster files: it has no membership of its own to keep. Leaving (or a
+  graceful stop) tells the core, which forgets it at once; otherwise the core forgets it
+  `forget_ephemeral_after` seconds after its links went.
+- Cut off from every core member it keeps trying each ping round, and says so in its log once
+  per back-off step (1, 2, 4 ... 60 s), not each round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from monitors.effects import CancelTimer, Connect, Effect, Log, Send, SetTimer
+from monitors.node_monitor.config import PartitionHandling
+from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp
+from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
+from monitors.node_monitor.partitions import majority
+from monitors.node_monitor.status import ClusterStatus
+
+TIMER_PING = "ping_core"
+TIMER_KEEPALIVE = "keepalive"
+ALONE_LOG_MAX = 60.0  # the longest back-off between two "cannot reach the core" lines
+
+ROLE_CORE = "core"
+ROLE_EPHEMERAL = "ephemeral"
+ROLES = (ROLE_CORE, ROLE_EPHEMERAL)
+
+
+class EphemeralMonitorCore:
+    """The monitor of one ephemeral node. Every public method returns the effects to perform."""
+
+    NAME = "rabbit_node_monitor"
+    role = ROLE_EPHEMERAL
+    hold_app = True  # read by the simulator: the application starts held
+
+    def __init__(
+        self,
+        node: str,
+        creation: int,
+        seeds: list[str] | tuple[str, ...] | set[str],
+        config: PartitionHandling | None = None,
+        *,
+        down_ping_interval: float = 1.0,
+        keepalive_interval: float = 10.0,
+        **_ignored: Any,
+    ) -> None:
+        self.node = node
+        self.creation = creation
+        self.config = config or PartitionHandling()
+        self.down_ping_interval = down_ping_interval
+        self.keepalive_interval = keepalive_interval
+        self._seeds: set[str] = set(seeds) - {node}
+        self._lists: dict[str, frozenset[str]] = {}  # core member -> the members it listed
+        self._disc: set[str] = set()
+        self._not_core: set[str] = set()  # seeds that said they are ephemeral
+        self._up: dict[str, int] = {}  # dist connections: node -> creation
+        self._guids: dict[str, int] = {}  # creation each core member's monitor announced
+        self._greeted: set[str] = set()
+        self._running: set[str] = set()  # core members whose application runs
+        self._follow: str | None = None  # ignore/autoheal: the member whose side we are on
+        self._restart = False  # our side went: stop, then start with a running member
+        self._paused = True
+        self._app = "stopped"  # held at boot: running|stopping|stopped|starting
+        self._alarms: frozenset[str] = frozenset()
+        self._timers: set[str] = set()
+        self._started = False
+        self._left = False
+        self._alone_next: float | None = None  # when to say "cannot reach the core" again
+        self._alone_step = 1.0
+        self._alone_since: float | None = None
+
+    # ======================================================================= queries
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def core_members(self) -> set[str]:
+        """The core as far as this node knows: every list core members sent, or the seeds."""
+        members: set[str] = set()
+        for listed in self._lists.values():
+            members |= listed
+        return (members or set(self._seeds)) - self._not_core - {self.node}
+
+    def status(self) -> dict[str, Any]:
+        """The same keys as a core node's status; all/disc/running name core members."""
+        core = self.core_members()
+        return {
+            "node": self.node,
+            "all": sorted(core),
+            "disc": sorted(self._disc & core),
+            "running": sorted(self._running & core),
+            "partitions": [],
+            "paused": self._paused,
+            "alarms": {self.node: sorted(self._alarms)} if self._alarms else {},
+            "ephemeral": [self.node],
+        }
+
+    def cluster_status(self) -> ClusterStatus:
+        core = self.core_members()
+        return ClusterStatus(all=core, disc=self._disc & core, running=self._running & core)
+
+    def ephemeral_members(self) -> tuple[list[str], list[str]]:
+        """(up, down) ephemeral members this node knows: itself, on an ephemeral node."""
+        return [self.node], []
+
+    # ======================================================================= events
+
+    def start(self, now: float) -> list[Effect]:
+        if self._started:
+            return [Log.warning("node monitor: start called twice; ignored")]
+        self._started = True
+        out: list[Effect] = [
+            Log.info(
+                "node monitor started as an ephemeral member",
+                node=self.node,
+                partition_handling=self.config.to_config(),
+                seeds=sorted(self._seeds),
+            ),
+            PauseApp("held at boot until this ephemeral node reaches the core"),
+        ]
+        self._app = "stopping"
+        out += [Connect(n) for n in sorted(self.core_members())]
+        return out + self._settle(now)
+
+    def nodeup(self, node: str, creation: int, now: float) -> list[Effect]:
+        if node == self.node:
+            return []
+        prev = self._up.get(node)
+        self._up[node] = creation
+        out: list[Effect] = []
+        if prev is not None and prev != creation:
+            out += self._lost(node)
+        if node not in self.core_members() and node not in self._seeds:
+            return out  # not core (another ephemeral node's message, a stranger): no talk
+        out.append(Log.info("core member up", node=node))
+        out.append(self._send(node, "node_up", **self._record()))
+        return out + self._settle(now)
+
+    def nodedown(self, node: str, reason: str, now: float) -> list[Effect]:
+        if node == self.node or node not in self._up:
+            return []
+        del self._up[node]
+        out: list[Effect] = []
+        if node in self.core_members():
+            out.append(Log.warning("core member down", node=node, reason=reason))
+        out += self._lost(node)
+        return out + self._settle(now)
+
+    def receive(self, sender: str, msg: Any, now: float) -> list[Effect]:
+        bad = problem(msg)
+        if bad:
+            return [Log.warning("node monitor: dropped a bad message", sender=sender, problem=bad)]
+        t = msg["t"]
+        if sender == self.node or sender not in self._up:
+            return []  # a late message from a link that went: its nodedown said it all
+        if t in ("node_up", "announce", "keepalive") and "node" in msg:
+            out = self._on_record(sender, msg, reply=t == "node_up")
+        elif t == "app_down" and sender in self._greeted:
+            out = self._stopped_running(sender)
+        else:
+            return []  # views, autoheal, partial partitions: core business, not ours
+        return out + self._settle(now)
+
+    def timer(self, key: str, now: float, data: Any = None) -> list[Effect]:
+        if key not in self._timers:
+            return []
+        self._timers.discard(key)
+        out: list[Effect] = []
+        if key == TIMER_PING:
+            out += [Connect(n) for n in sorted(self._down_core())]
+        elif key == TIMER_KEEPALIVE:
+            for n in sorted(self._reach()):
+                out.append(self._send(n, "keepalive", **self._record()))
+        return out + self._settle(now)
+
+    def app_stopped(self, now: float) -> list[Effect]:
+        self._app = "stopped"
+        out: list[Effect] = []
+        if self._restart:
+            self._restart = False
+            out.append(Log.info("application stopped: it starts again with a running member"))
+        self._follow = None
+        out += self._tell_core()
+        return out + self._settle(now)
+
+    def app_started(self, now: float) -> list[Effect]:
+        self._app = "running"
+        return self._tell_core() + self._settle(now)
+
+    def set_weight(self, n: int) -> None:
+        """No autoheal weight: an ephemeral node is never part of the winner's choice."""
+
+    def joined_cluster(self, node: str, disc: bool, now: float) -> list[Effect]:
+        """`rabbitry cluster join` on an ephemeral node: attach to `node` (a core member);
+        its members come with its announce. Nothing is persisted."""
+        if node == self.node:
+            return []
+        self._left = False
+        self._seeds.add(node)
+        out: list[Effect] = [Log.info("attaching to a core member", node=node)]
+        if node in self._up:
+            out.append(self._send(node, "node_up", **self._record()))
+        else:
+            out.append(Connect(node))
+        return out + self._settle(now)
+
+    def left_cluster(self, node: str, now: float) -> list[Effect]:
+        """Leave (also on a graceful stop): the core members are told and forget us at once.
+        For another node's name it is nothing to us: the core keeps its own membership."""
+        if node != self.node:
+            return []
+        out: list[Effect] = [
+            self._send(n, "left_cluster", node=self.node) for n in sorted(self._reach())
+        ]
+        out.append(Log.info("left the core: no longer attached"))
+        self._left = True
+        self._seeds.clear()
+        self._lists.clear()
+        self._running.clear()
+        self._greeted.clear()
+        return out + self._settle(now)
+
+    def set_alarm(self, resource: str, active: bool, now: float) -> list[Effect]:
+        """Kept for this node's status only: an ephemeral node's alarms do not block the core."""
+        if not isinstance(resource, str) or not 0 < len(resource) <= MAX_NAME:
+            return [Log.warning("set_alarm: bad resource name", resource=repr(resource)[:80])]
+        mine = set(self._alarms)
+        (mine.add if active else mine.discard)(resource)
+        if frozenset(mine) == self._alarms:
+            return []
+        self._alarms = frozenset(mine)
+        log = Log.warning if active else Log.info
+        return [log("alarm " + ("set" if active else "cleared"), resource=resource)]
+
+    # ======================================================================= messages
+
+    def _on_record(self, sender: str, m: dict[str, Any], reply: bool) -> list[Effect]:
+        if m["node"] != sender:
+            return [
+                Log.warning("node monitor: dropped a record naming another node", sender=sender)
+            ]
+        if m.get("role", ROLE_CORE) != ROLE_CORE:
+            if sender in self._seeds and sender not in self._not_core:
+                self._not_core.add(sender)
+                return [
+                    Log.error(
+                        "a seed says it is ephemeral: cluster.nodes of an ephemeral node must "
+                        "name core members",
+                        node=sender,
+                    )
+                ]
+            return []
+        out: list[Effect] = []
+        old = self._guids.get(sender)
+        if old is not None and old != m["creation"]:
+            out += self._lost(sender)  # it restarted: whatever we ran with it is gone
+        self._guids[sender] = m["creation"]
+        self._greeted.add(sender)
+        if m["disc"]:
+            self._disc.add(sender)
+        else:
+            self._disc.discard(sender)
+        members = m.get("members")
+        if isinstance(members, list) and 0 < len(members) <= MAX_LIST and not self._left:
+            new = frozenset(members)
+            for gone in self._lists.get(sender, frozenset()) - new:
+                self._lists.pop(gone, None)  # the core dropped it: so does its own list
+            self._lists[sender] = new
+            out += [Connect(n) for n in sorted(new - set(self._up) - {self.node})]
+        if m["running"]:
+            self._running.add(sender)
+        else:
+            out += self._stopped_running(sender)
+        if reply:
+            out.append(self._send(sender, "announce", **self._record()))
+        return out
+
+    def _stopped_running(self, sender: str) -> list[Effect]:
+        self._running.discard(sender)
+        if self._follow == sender:
+            self._follow = None
+            if self._app != "stopped":
+                self._restart = True
+                return [Log.info("the core member we follow stopped its application", node=sender)]
+        return []
+
+    def _lost(self, node: str) -> list[Effect]:
+        """The link to `node` went or it restarted."""
+        self._greeted.discard(node)
+        self._guids.pop(node, None)
+        return self._stopped_running(node)
+
+    # ======================================================================= the decision
+
+    def _settle(self, now: float) -> list[Effect]:
+        return self._decide() + self._alone_log(now) + self._ensure_timers()
+
+    def _reach(self) -> set[str]:
+        return set(self._up) & self.core_members()
+
+    def _down_core(self) -> set[str]:
+        if self._left:
+            return set()
+        return self.core_members() - set(self._up)
+
+    def _may_run(self) -> tuple[bool, str]:
+        core = self.core_members()
+        reach = self._reach() & self._greeted
+        running = reach & self._running
+        mode = self.config.mode
+        if self._left or not core:
+            return False, "not attached to any core member"
+        if mode == "pause_minority":
+            if not majority(reach, core):
+                return False, (
+                    f"pause_minority: {len(reach)} of {len(core)} core members reachable, "
+                    "not a strict majority"
+                )
+            return bool(running), "pause_minority: no reachable core member runs"
+        if mode == "pause_if_all_down":
+            listed = set(self.config.nodes) & core
+            if listed and not reach & listed:
+                return False, "pause_if_all_down: none of the listed core nodes is reachable"
+            return bool(running), "pause_if_all_down: no reachable core member runs"
+        # ignore, autoheal: follow one running member, restart when its side goes
+        if self._restart:
+            return False, "restarting with the core: the member we followed stopped or went"
+        if self._follow is None and running:
+            self._follow = min(running)
+        if self._follow is None:
+            return False, f"{mode}: no running core member reachable"
+        return True, ""
+
+    def _decide(self) -> list[Effect]:
+        run, why = self._may_run()
+        if run != self._paused:
+            return []
+        self._paused = not run
+        if not run:
+            if self._app in ("running", "starting"):
+                self._app = "stopping"
+            return [
+                Log.warning("pausing the application", reason=why),
+                PauseApp(why),
+                Notify("paused", self.node),
+            ]
+        if self._app in ("stopped", "stopping"):
+            self._app = "starting"
+        return [
+            Log.info("resuming the application", following=self._follow or ""),
+            ResumeApp("the core runs"),
+            Notify("resumed", self.node),
+        ]
+
+    def _alone_log(self, now: float) -> list[Effect]:
+        """Once per back-off step while no core member is reachable."""
+        if self._reach() or self._left:
+            if self._alone_since is not None:
+                self._alone_since, self._alone_next, self._alone_step = None, None, 1.0
+                return [Log.info("reached the core")]
+            return []
+        if self._alone_since is None:
+            self._alone_since, self._alone_next = now, now
+        if self._alone_next is None or now < self._alone_next:
+            return []
+        self._alone_next = now + self._alone_step
+        waited = now - self._alone_since
+        self._alone_step = min(2 * self._alone_step, ALONE_LOG_MAX)
+        return [
+            Log.warning(
+                "ephemeral node cannot reach any core member; still trying",
+                seeds=sorted(self.core_members()),
+                waited=round(waited, 1),
+                next_report_in=self._alone_step / 2,
+            )
+        ]
+
+    def _ensure_timers(self) -> list[Effect]:
+        out: list[Effect] = []
+        wanted = {
+            TIMER_PING: (self._started and bool(self._down_core()), self.down_ping_interval),
+            TIMER_KEEPALIVE: (self._started, self.keepalive_interval),
+        }
+        for key, (needed, after) in wanted.items():
+            if needed and key not in self._timers:
+                self._timers.add(key)
+                out.append(SetTimer(key, after))
+            elif not needed and key in self._timers:
+                self._timers.discard(key)
+                out.append(CancelTimer(key))
+        return out
+
+    # ======================================================================= helpers
+
+    def _record(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "disc": False,
+            "creation": self.creation,
+            "running": self._app in ("running", "stopping"),
+            "down": None,
+            "alarms": sorted(self._alarms),
+            "role": ROLE_EPHEMERAL,
+        }
+
+    def _tell_core(self) -> list[Effect]:
+        return [self._send(n, "announce", **self._record()) for n in sorted(self._reach())]
+
+    def _send(self, to: str, t: str, **fields: Any) -> Send:
+        return Send(to, self.NAME, {"t": t, "c": self.creation, **fields})
