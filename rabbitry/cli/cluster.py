@@ -42,7 +42,8 @@ def register(commands: Any) -> None:
 
     status = sub.add_parser(
         "status",
-        help="print the node name, all, disc and running nodes, partitions, paused and alarms",
+        help="print the node name, all, disc and running nodes (core members), partitions, "
+        "paused, alarms and the ephemeral members that are up",
         formatter_class=HelpFormatter,
     )
     _add_target(status)
@@ -204,6 +205,7 @@ def format_status(status: dict[str, Any]) -> str:
         f"  all nodes      {nodes('all')}",
         f"  disc nodes     {nodes('disc')}",
         f"  running nodes  {nodes('running')}",
+        f"  ephemeral      {nodes('ephemeral')}",
         f"  paused         {'yes' if status.get('paused') else 'no'}",
     ]
     if isinstance(partitions, dict) and partitions:

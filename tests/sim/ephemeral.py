@@ -126,7 +126,10 @@ def generate(seed: int, mode: str, n_core: int | None = None, n_eph: int | None 
                 cut = core if kind == "cut_all" else rng.sample(core, rng.randint(1, n_core))
                 for c in sorted(cut):
                     ops += [Op(t, "cut", (e, c)), Op(t, "cut", (c, e))]
-                    ops += [Op(round(t + d, 3), "heal", (e, c)), Op(round(t + d, 3), "heal", (c, e))]
+                    ops += [
+                        Op(round(t + d, 3), "heal", (e, c)),
+                        Op(round(t + d, 3), "heal", (c, e)),
+                    ]
             t += d + rng.uniform(0.2, 2.0)
             if not alive:
                 break
@@ -403,9 +406,7 @@ def _heal_everything(sim: Sim, checker: EphemeralInvariants, schedule: EphSchedu
         if node.frozen:
             sim.thaw(name)
             checker.thawed_at[name] = sim.now
-    dead = [
-        n for n, node in sim.nodes.items() if not node.alive and n not in schedule.gone
-    ]
+    dead = [n for n, node in sim.nodes.items() if not node.alive and n not in schedule.gone]
     for n in dead:
         checker.op(Op(sim.now, "boot", (n,)))
     if dead:
