@@ -30,6 +30,7 @@ STATUS = {
     "partitions": {"a@127.0.0.1": ["c@127.0.0.1"]},
     "paused": False,
     "alarms": {"a@127.0.0.1": [], "b@127.0.0.1": ["memory"]},
+    "ephemeral": ["x@127.0.0.1"],
 }
 
 
@@ -168,6 +169,7 @@ def test_cli_status_table(node: Any, cookie_file: Path, capsys: Any) -> None:
     out = capsys.readouterr().out
     assert "Cluster status of node a@127.0.0.1" in out
     assert "running nodes  a@127.0.0.1, b@127.0.0.1" in out
+    assert "ephemeral      x@127.0.0.1" in out
     assert "a@127.0.0.1 saw down: c@127.0.0.1" in out
     assert "b@127.0.0.1: memory" in out
 
