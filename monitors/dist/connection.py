@@ -24,6 +24,7 @@ from typing import Any
 
 from monitors.dist.frames import TICK, FrameDecoder, FrameError
 from monitors.dist.ticks import TickCore
+from monitors.dist.tls_stream import TlsStream, TlsStreamError
 
 log = logging.getLogger("monitors.dist")
 
@@ -34,9 +35,20 @@ _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 class _Writer:
     """See the module docstring. `on_error` is called once if the socket fails."""
 
-    def __init__(self, sock: socket.socket, limit: int, name: str) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        limit: int,
+        name: str,
+        seal: Callable[[bytes], bytes] | None = None,
+    ) -> None:
         self._sock = sock
         self._limit = limit
+        # With TLS, `seal` turns frames into records. Only the holder of the writing turn
+        # (`_busy`) seals, so records go out in the order they were sealed; `_sealed` holds
+        # records a direct send could not finish, which go out before anything queued.
+        self._seal = seal
+        self._sealed = b""
         self._cond = threading.Condition(threading.Lock())
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -55,7 +67,7 @@ class _Writer:
         with cond:
             if self._closed:
                 return False
-            if self._busy or self._pending:
+            if self._busy or self._pending or self._sealed:
                 if block and self._pending_bytes >= self._limit:
                     cond.wait_for(lambda: self._closed or self._pending_bytes < self._limit)
                     if self._closed:
@@ -66,6 +78,12 @@ class _Writer:
                     cond.notify_all()
                 return True
             self._busy = True
+        if self._seal is not None:
+            try:
+                data = self._seal(data)
+            except Exception as exc:
+                self._fail(OSError(f"TLS: {exc}"))
+                return False
         sent = 0
         if _DONTWAIT:
             try:
@@ -81,9 +99,12 @@ class _Writer:
                 self.last_sent = time.monotonic()
             if sent < len(data):
                 rest = data[sent:]
-                self._pending.insert(0, rest)
+                if self._seal is not None:
+                    self._sealed = rest
+                else:
+                    self._pending.insert(0, rest)
                 self._pending_bytes += len(rest)
-            if self._pending or self._closed:
+            if self._pending or self._sealed or self._closed:
                 cond.notify_all()
         return True
 
@@ -101,17 +122,24 @@ class _Writer:
         sock = self._sock
         while True:
             with cond:
-                while (self._busy or not self._pending) and not self._closed:
+                while (self._busy or not (self._pending or self._sealed)) and not self._closed:
                     cond.wait()
                 if self._closed:
                     return
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
+                sealed, self._sealed = self._sealed, b""
                 self._busy = True
                 cond.notify_all()  # senders waiting on the byte limit
+            data = batch[0] if len(batch) == 1 else b"".join(batch)
             try:
-                sock.sendall(batch[0] if len(batch) == 1 else b"".join(batch))
+                if self._seal is not None:
+                    data = sealed + self._seal(data)
+                sock.sendall(data)
             except OSError as exc:
                 self._fail(exc)
+                return
+            except Exception as exc:  # the TLS state failed: end the connection, say why
+                self._fail(OSError(f"TLS: {exc}"))
                 return
             with cond:
                 self._busy = False
@@ -158,6 +186,7 @@ class Connection:
         on_frame: Callable[[Connection, dict[str, Any]], None],
         on_lost: Callable[[Connection, str], None],
         local: str,
+        stream: TlsStream | None = None,
     ) -> None:
         self.node = node
         self.creation = creation
@@ -187,7 +216,10 @@ class Connection:
         self._rest = rest
         self._on_frame = on_frame
         self._on_lost = on_lost
-        self._writer = _Writer(sock, max_queue, f"{local}->{node}")
+        self._stream = stream
+        self._writer = _Writer(
+            sock, max_queue, f"{local}->{node}", stream.seal if stream is not None else None
+        )
         self._reader = threading.Thread(
             target=self._read_loop, name=f"dist-reader {local}<-{node}", daemon=True
         )
@@ -229,6 +261,7 @@ class Connection:
         sock = self._sock
         decoder = FrameDecoder(self.max_frame)
         on_frame = self._on_frame
+        stream = self._stream
         monotonic = time.monotonic
         try:
             data = self._rest
@@ -245,9 +278,19 @@ class Connection:
                     break
                 self.last_received = monotonic()
                 self.confirmed = True
+                if stream is not None:
+                    data = stream.open(data)
         except FrameError as exc:
             log.warning(
                 "dist %s: bad frame from %s at %s (%s); closing the connection",
+                self.local,
+                self.node,
+                self.address,
+                exc,
+            )
+        except TlsStreamError as exc:
+            log.warning(
+                "dist %s: TLS error from %s at %s (%s); closing the connection",
                 self.local,
                 self.node,
                 self.address,

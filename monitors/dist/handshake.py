@@ -342,7 +342,8 @@ class Connector(_Core):
     def _waiting_for(self) -> str:
         return {
             "start": "the start",
-            "await_challenge": "challenge",
+            # A node with `tls:` waits silently for a TLS hello, so a plain node sees this.
+            "await_challenge": "challenge (does the peer run with `tls:` and this node not?)",
             # The acceptor hangs up here when our MAC is wrong: say so, it is the usual cause.
             "await_ack": "the acceptor's proof of the cookie (does it have our cookie?)",
             "await_welcome": "welcome frame",
@@ -399,4 +400,8 @@ class Connector(_Core):
 
 
 def _garbage(data: bytes) -> Failed:
+    if data[:2] == b"\x16\x03":  # a TLS handshake record: a node with `tls:` dialled us
+        return Failed(
+            "garbage", "a TLS client hello: the peer runs with `tls:` and this node without"
+        )
     return Failed("garbage", f"not a rabbitry dist peer (first bytes {data[:8]!r})")

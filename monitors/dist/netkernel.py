@@ -37,6 +37,7 @@ from monitors.dist.errors import (
     RemoteCallError,
 )
 from monitors.dist.frames import FrameError, encode
+from monitors.dist.gate import FailureGate
 from monitors.dist.handshake import (
     NOK,
     NONCE_SIZE,
@@ -65,7 +66,9 @@ from monitors.dist.names import (
 )
 from monitors.dist.remote import _KERNELS, SIGNAL_FRAMES, RemoteRef, SignalRouter
 from monitors.dist.ticks import PeerDown, SendTick
+from monitors.dist.tls_stream import TlsStream, TlsStreamError
 from monitors.effects import SetTimer
+from monitors.tls import TlsContexts, describe_san, peer_san, san_names_node
 from supervisors import Process, format_reason
 
 __all__ = ["NetKernel"]
@@ -74,6 +77,10 @@ log = logging.getLogger("monitors.dist")
 
 _BY_URN: weakref.WeakValueDictionary[str, NetKernel] = weakref.WeakValueDictionary()
 _TICKER_MAX_SLEEP = 0.5
+# Connect failures that retrying soon will not fix: the peer is not a dist peer of our kind
+# (plain vs TLS), speaks another version, or refused our certificate or cookie. We back off.
+_HOPELESS = frozenset({"garbage", "bad_version", "bad_cookie", "tls"})
+_TELL_AGAIN_AFTER = 60.0  # the same failure for the same peer is logged once a minute
 
 
 class _Pending:
@@ -178,6 +185,9 @@ class NetKernel(Process):
     - `max_queue`: bytes queued per connection before `send` waits (busy dist port).
     - `max_handshakes`: concurrent incoming handshakes; more are refused at once.
     - `creation`: normally left out: a fresh one per start.
+    - `tls`: a monitors.tls.TlsContexts: every connection is then mutual TLS 1.3 with the
+      cookie handshake inside, and a peer's certificate must name the node it claims to be.
+    - `cookie_gate`: the back-off for failed cookie handshakes per source address.
     """
 
     DEFAULT_NET_TICKTIME: ClassVar[float] = 4.0
@@ -196,6 +206,8 @@ class NetKernel(Process):
         max_queue: int = 8 << 20,
         max_handshakes: int = 64,
         creation: int | None = None,
+        tls: TlsContexts | None = None,
+        cookie_gate: FailureGate | None = None,
     ) -> None:
         super().__init__()
         self.node = validate_node(node)
@@ -249,6 +261,14 @@ class NetKernel(Process):
         self._listener: socket.socket | None = None
         self._handshaking: set[socket.socket] = set()  # closed on stop, so no thread lingers
         self._threads: list[threading.Thread] = []
+        self._tls = tls
+        # Failed cookie handshakes per source address (rate limit), and peers we failed to
+        # reach for a reason that retrying soon cannot fix (TLS refused, a plain/TLS mismatch,
+        # a wrong cookie): both under _gate_lock. `_told` keeps logs to one line per reason.
+        self._gate_lock = threading.Lock()
+        self._cookie_gate = cookie_gate or FailureGate()
+        self._connect_gate = FailureGate(free=0, initial=1.0, maximum=30.0)
+        self._told: dict[str, tuple[str, float]] = {}
         _BY_URN[self.actor_urn] = self
 
     def __repr__(self) -> str:
@@ -292,11 +312,12 @@ class NetKernel(Process):
             thread.start()
             self._threads.append(thread)
         log.info(
-            "dist %s: listening on %s (creation %d, net_ticktime %g s)",
+            "dist %s: listening on %s (creation %d, net_ticktime %g s, %s)",
             self.node,
             self.address,
             self.creation,
             self.net_ticktime,
+            "mutual TLS 1.3" if self._tls is not None else "plain TCP, no TLS",
         )
 
     def on_stop(self) -> None:
@@ -708,6 +729,9 @@ class NetKernel(Process):
         """With self._lock held: begin connecting to `node`, unless we may not."""
         if self._stopped.is_set() or self._ban_left(node):
             return None
+        with self._gate_lock:
+            if self._connect_gate.blocked_for(node, time.monotonic()):
+                return None  # backing off after a failure retrying cannot fix (see _refused)
         address = self._addresses.get(node)
         if address is None:
             log.debug("dist %s: no address for %s", self.node, node)
@@ -733,6 +757,20 @@ class NetKernel(Process):
             self._pending_failed(node, pending)
             return
         try:
+            stream = None
+            if self._tls is not None:
+                try:
+                    stream = self._client_tls(sock, node, deadline)
+                except TlsStreamError as exc:
+                    _close(sock)
+                    if exc.kind == "refused":
+                        self._refused(node, f"cannot connect to {node} at {where}", str(exc))
+                    else:
+                        log.info(
+                            "dist %s: cannot connect to %s at %s: %s", self.node, node, where, exc
+                        )
+                    self._pending_failed(node, pending)
+                    return
             core = Connector(
                 self._cookie,
                 self.node,
@@ -741,12 +779,14 @@ class NetKernel(Process):
                 nonce=os.urandom(NONCE_SIZE),
                 max_frame=self.max_frame,
             )
-            verdict = self._handshake(sock, core, deadline)
+            verdict = self._handshake(sock, core, deadline, stream)
             if isinstance(verdict, Established):
                 sock.settimeout(None)
                 with self._lock:
                     mine = self._outgoing.get(node) is pending and not self._stopped.is_set()
-                    conn = self._publish(sock, verdict, True, where) if mine else None
+                    conn = (
+                        self._publish(sock, verdict, True, where, stream=stream) if mine else None
+                    )
                 if conn is None:  # disconnect()ed, stopped, or superseded meanwhile
                     _close(sock)
                     self._pending_failed(node, pending)
@@ -762,6 +802,12 @@ class NetKernel(Process):
                 # Simultaneous connect: the peer's connection to us wins; wait for it.
                 log.debug("dist %s: %s prefers its own connection to us", self.node, node)
                 pending.done.wait(self.handshake_timeout)
+            elif isinstance(verdict, Failed) and verdict.reason in _HOPELESS:
+                self._refused(
+                    node,
+                    f"cannot connect to {node} at {where}",
+                    f"{verdict.reason} ({verdict.detail})",
+                )
             elif isinstance(verdict, Failed):
                 log.warning(
                     "dist %s: cannot connect to %s at %s: %s (%s)",
@@ -776,6 +822,72 @@ class NetKernel(Process):
             log.exception("dist %s: connecting to %s failed", self.node, node)
             _close(sock)
             self._pending_failed(node, pending)
+
+    # ------------------------------------------------------------------ TLS and back-off
+
+    def _client_tls(self, sock: socket.socket, node: str, deadline: float) -> TlsStream:
+        """The TLS handshake as the connector; the acceptor's certificate must name `node`
+        before anything of ours (even our name) goes out."""
+        assert self._tls is not None
+        stream = TlsStream(sock, self._tls.dist_client(), server_side=False)
+        stream.handshake(deadline)
+        wrong = self._impostor(stream, node)
+        if wrong:
+            raise TlsStreamError(wrong)
+        return stream
+
+    @staticmethod
+    def _impostor(stream: TlsStream, node: str) -> str:
+        """ "" if the peer's certificate names `node`; else why not (for the log)."""
+        san = peer_san(stream.peer_cert())
+        if san_names_node(san, node):
+            return ""
+        return (
+            f"its certificate names {describe_san(san)}, not {node} (a certificate names one "
+            f"node by a URI SAN rabbitry://name@host, or all nodes of a host by a DNS/IP SAN)"
+        )
+
+    def _tell(self, key: str, what: str, why: str, then: str = "") -> None:
+        """Log `what: why` as a warning the first time (per key and reason, once a minute),
+        at debug level after that: a misconfigured peer retries every second."""
+        now = time.monotonic()
+        with self._gate_lock:
+            last = self._told.get(key)
+            fresh = last is None or last[0] != why or now - last[1] > _TELL_AGAIN_AFTER
+            if fresh:
+                if len(self._told) >= 10_000:
+                    self._told.clear()
+                self._told[key] = (why, now)
+        log.log(
+            logging.WARNING if fresh else logging.DEBUG,
+            "dist %s: %s: %s%s",
+            self.node,
+            what,
+            why,
+            then,
+        )
+
+    def _refused(self, node: str, what: str, why: str) -> None:
+        """A connect failure retrying cannot fix: back off from `node` (1 s doubling to 30 s)."""
+        with self._gate_lock:
+            _, step = self._connect_gate.failed(node, time.monotonic())
+        self._tell(node, what, why, f"; backing off, next attempt in {step:g} s")
+
+    def _cookie_failed(self, source: str, where: str) -> None:
+        """A failed cookie proof from `source`: past a few, refuse that address for a while,
+        with one line per back-off step."""
+        with self._gate_lock:
+            failures, step = self._cookie_gate.failed(source, time.monotonic())
+        if step:
+            log.warning(
+                "dist %s: %d failed cookie handshakes from %s (last %s); refusing its "
+                "connections for %g s",
+                self.node,
+                failures,
+                source,
+                where,
+                step,
+            )
 
     def _pending_failed(self, node: str, pending: _Pending) -> None:
         with self._lock:
@@ -800,6 +912,14 @@ class NetKernel(Process):
                 time.sleep(0.05)  # e.g. out of file descriptors: do not spin
                 continue
             where = format_address(peer[0], peer[1])
+            with self._gate_lock:
+                wait = self._cookie_gate.blocked_for(str(peer[0]), time.monotonic())
+            if wait:
+                log.debug(
+                    "dist %s: refused %s: backing off for %.1f s more", self.node, where, wait
+                )
+                _close(sock)
+                continue
             if not self._handshakes.acquire(blocking=False):
                 log.warning(
                     "dist %s: refused connection from %s: too many handshakes in progress",
@@ -810,17 +930,26 @@ class NetKernel(Process):
                 continue
             threading.Thread(
                 target=self._acceptor,
-                args=(sock, where),
+                args=(sock, where, str(peer[0])),
                 name=f"dist-accept {self.node}<-{where}",
                 daemon=True,
             ).start()
 
-    def _acceptor(self, sock: socket.socket, where: str) -> None:
+    def _acceptor(self, sock: socket.socket, where: str, source: str = "") -> None:
         conn = None
         try:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             deadline = time.monotonic() + self.handshake_timeout
+            stream = None
+            if self._tls is not None:
+                stream = TlsStream(sock, self._tls.dist_server(), server_side=True)
+                try:
+                    stream.handshake(deadline)
+                except TlsStreamError as exc:
+                    _close(sock)
+                    self._tell(source, f"rejected connection from {where}", str(exc))
+                    return
             core = Acceptor(
                 self._cookie,
                 self.node,
@@ -828,30 +957,39 @@ class NetKernel(Process):
                 nonce=os.urandom(NONCE_SIZE),
                 max_frame=self.max_frame,
             )
-            verdict = self._handshake(sock, core, deadline)
+            verdict = self._handshake(sock, core, deadline, stream)
             if isinstance(verdict, NeedDecision):
                 sock.settimeout(None)
+                with self._gate_lock:
+                    self._cookie_gate.succeeded(source)
+                impostor = stream is not None and self._impostor(stream, verdict.node)
+                if impostor:
+                    self._tell(source, f"refused {verdict.node} from {where}", impostor)
                 with self._lock:
-                    status = self._decide(verdict.node, verdict.creation)
+                    status = (
+                        NOT_ALLOWED if impostor else self._decide(verdict.node, verdict.creation)
+                    )
                     step = core.decide(status)
                     if isinstance(step.verdict, Established):
                         old = self._conns.get(verdict.node)
                         if old is not None:  # a restarted peer, or one that saw ours die
                             self._connection_down(old, CONNECTION_CLOSED)
-                        conn = self._publish(sock, step.verdict, False, where, step.out)
+                        conn = self._publish(sock, step.verdict, False, where, step.out, stream)
                 if conn is None:
                     log.debug(
                         "dist %s: refused %s from %s: %s", self.node, verdict.node, where, status
                     )
                     with contextlib.suppress(OSError):
                         sock.settimeout(1.0)
-                        sock.sendall(step.out)
+                        sock.sendall(stream.seal(step.out) if stream is not None else step.out)
                     _close(sock)
                 else:
                     conn.start()
                 return
             _close(sock)
             assert isinstance(verdict, Failed)
+            if verdict.reason == "bad_cookie":
+                self._cookie_failed(source, where)
             log.warning(
                 "dist %s: rejected connection from %s: %s (%s)",
                 self.node,
@@ -866,26 +1004,38 @@ class NetKernel(Process):
         finally:
             self._handshakes.release()
 
-    def _handshake(self, sock: socket.socket, core: Acceptor | Connector, deadline: float) -> Any:
-        """Drive a handshake core over a socket until it gives a verdict (or needs a
-        decision). Every write the core asks for is done here."""
+    def _handshake(
+        self,
+        sock: socket.socket,
+        core: Acceptor | Connector,
+        deadline: float,
+        stream: TlsStream | None = None,
+    ) -> Any:
+        """Drive a handshake core over a socket (inside TLS if `stream`) until it gives a
+        verdict (or needs a decision). Every write the core asks for is done here."""
         with self._lock:
             if self._stopped.is_set():
                 return core.closed().verdict
             self._handshaking.add(sock)
         try:
-            return self._drive(sock, core, deadline)
+            return self._drive(sock, core, deadline, stream)
         finally:
             with self._lock:
                 self._handshaking.discard(sock)
 
-    def _drive(self, sock: socket.socket, core: Acceptor | Connector, deadline: float) -> Any:
+    def _drive(
+        self,
+        sock: socket.socket,
+        core: Acceptor | Connector,
+        deadline: float,
+        stream: TlsStream | None,
+    ) -> Any:
         step = core.start()
         while True:
             if step.out:
                 try:
                     sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                    sock.sendall(step.out)
+                    sock.sendall(stream.seal(step.out) if stream is not None else step.out)
                 except OSError:
                     step = core.closed()
                     continue
@@ -903,6 +1053,14 @@ class NetKernel(Process):
                 continue
             except OSError:
                 step = core.closed()
+                continue
+            if data and stream is not None:
+                try:
+                    data = stream.open(data)
+                except TlsStreamError as exc:
+                    core.closed()
+                    return Failed("tls", str(exc))
+                step = core.feed(data)
                 continue
             step = core.feed(data) if data else core.closed()
 
@@ -922,8 +1080,14 @@ class NetKernel(Process):
         return OK
 
     def _publish(
-        self, sock: socket.socket, est: Established, outgoing: bool, where: str, first: bytes = b""
-    ) -> Connection:
+        self,
+        sock: socket.socket,
+        est: Established,
+        outgoing: bool,
+        where: str,
+        first: bytes = b"",
+        stream: TlsStream | None = None,
+    ) -> Connection:  # noqa: PLR0917
         """With self._lock held: make the connection live, flush what auto-connect queued,
         and tell subscribers NodeUp. The caller starts its threads."""
         conn = Connection(
@@ -940,6 +1104,7 @@ class NetKernel(Process):
             on_frame=self._on_frame,
             on_lost=self._connection_lost,
             local=self.node,
+            stream=stream,
         )
         if first:
             # Queued, not written: the peer must not see the welcome (and act on it) before
@@ -953,13 +1118,17 @@ class NetKernel(Process):
             pending.superseded = not outgoing
             pending.done.set()
         self._conns[est.node] = conn
+        with self._gate_lock:
+            self._connect_gate.succeeded(est.node)
+            self._told.pop(est.node, None)
         log.info(
-            "dist %s: node up: %s (creation %d) %s %s",
+            "dist %s: node up: %s (creation %d) %s %s%s",
             self.node,
             est.node,
             est.creation,
             "via" if outgoing else "from",
             where,
+            f" over {stream.describe()}" if stream is not None else "",
         )
         self._notify(NodeUp(est.node, est.creation))
         self._tick_wake.set()
