@@ -1,8 +1,10 @@
-"""The node's HTTP JSON control API, on loopback, and its client.
+"""The node's HTTP JSON control API, and its client.
 
 Every request carries `Authorization: Bearer <token>`, where the token is an HMAC of a fixed
 label under the cluster cookie: whoever can read the cookie file may control the node, and the
-cookie itself never crosses the socket. The server only binds loopback addresses.
+cookie itself never crosses the socket. Without `tls:` the server binds loopback addresses only
+(node_config checks it); with `tls:` it serves HTTPS with the node's certificate and may listen
+on any address, and the client checks that certificate against the cluster CA (`cafile`).
 
 Routes:
     GET  /status           the cluster status: node, all, disc, running, partitions, paused, alarms,
@@ -34,11 +36,14 @@ import hmac
 import http.client
 import json
 import logging
+import os
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from monitors.tls import https_client_context, serve_https
 from supervisors import CallerError, Process
 
 log = logging.getLogger("rabbitry.control")
@@ -84,9 +89,18 @@ class ControlServer(Process):
     thread-safe (the node's handlers ask actors, which is).
     """
 
-    def __init__(self, host: str, port: int, cookie: bytes, routes: dict[tuple[str, str], Handler]):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        cookie: bytes,
+        routes: dict[tuple[str, str], Handler],
+        tls: Callable[[], ssl.SSLContext] | None = None,
+    ):
+        """`tls`: returns the server SSLContext for each new connection (HTTPS); None: HTTP."""
         super().__init__()
         self._bind = (host, port)
+        self._tls = tls
         self._token = control_token(cookie)
         self._routes = dict(routes)
         self._server: ThreadingHTTPServer | None = None
@@ -102,12 +116,15 @@ class ControlServer(Process):
     def on_start(self) -> None:
         server = ThreadingHTTPServer(self._bind, _make_handler(self._token, self._routes))
         server.daemon_threads = True
+        if self._tls is not None:
+            serve_https(server, self._tls, "control API")
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name=f"control-{self._bind[1]}", daemon=True
         )
         self._thread.start()
-        log.info("control API listening on %s:%s", *self.address)
+        scheme = "https" if self._tls is not None else "http"
+        log.info("control API listening on %s://%s:%s", scheme, *self.address)
 
     def on_stop(self) -> None:
         self._close()
@@ -203,13 +220,34 @@ class ControlClient:
         timeout: float = 10.0,
         *,
         token: str | None = None,
+        cafile: str | os.PathLike[str] | None = None,
+        https: bool | None = None,
     ) -> None:
         """`cookie` (the cluster's), or the `token` made from it (what a Spark executor's info
-        file holds, so that tasks never see the cookie itself)."""
+        file holds, so that tasks never see the cookie itself). `cafile`: the cluster CA, which
+        makes the client speak HTTPS and check the node's certificate (`https=True` without a
+        cafile trusts the system's CAs)."""
         if (cookie is None) == (token is None):
             raise TypeError("ControlClient needs exactly one of cookie or token")
         self.host, self.port, self.timeout = host, port, timeout
         self._token = token if token is not None else control_token(cookie or b"")
+        self.cafile = cafile
+        self.https = bool(cafile is not None if https is None else https)
+        try:
+            self._context = https_client_context(cafile) if self.https else None
+        except (OSError, ssl.SSLError) as exc:
+            raise ControlError(
+                f"cannot load the CA file {cafile}: {exc}; give the cluster's CA file (PEM), "
+                "the nodes' `tls.cafile`"
+            ) from None
+
+    def __repr__(self) -> str:  # never the token
+        return f"<ControlClient {self.url}>"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.https else 'http'}://{host}:{self.port}"
 
     def status(self) -> dict[str, Any]:
         """The node's cluster status, with exactly the keys in STATUS_KEYS."""
@@ -264,7 +302,13 @@ class ControlClient:
         return self._request(method, path, body)
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        connection: http.client.HTTPConnection
+        if self._context is not None:
+            connection = http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=self._context
+            )
+        else:
+            connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Authorization": f"Bearer {self._token}"}
         if data is not None:
@@ -273,9 +317,31 @@ class ControlClient:
             connection.request(method, path, body=data, headers=headers)
             response = connection.getresponse()
             payload = response.read()
+        except ssl.SSLCertVerificationError as exc:
+            raise ControlError(
+                f"the control API at {self.url} presented a certificate that does not check out "
+                f"against {self._ca_name()}: {exc.verify_message or exc}; pass the cluster's CA "
+                "file (the node's `tls.cafile`) with --cacert, and use the host name or address "
+                "the node's certificate names"
+            ) from None
+        except ssl.SSLError as exc:
+            hint = (
+                "the node serves plain HTTP (it has no `tls:`): use an http:// address "
+                "without --cacert"
+                if "WRONG_VERSION_NUMBER" in str(exc) or "wrong version number" in str(exc)
+                else "is it a rabbitry control port?"
+            )
+            raise ControlError(
+                f"TLS with the control API at {self.url} failed: {exc}; {hint}"
+            ) from None
+        except http.client.RemoteDisconnected:
+            raise ControlError(
+                f"the control API at {self.url} closed the connection without an answer"
+                + ("" if self.https else "; if the node has `tls:`, use https:// and --cacert")
+            ) from None
         except OSError as exc:
             raise ControlError(
-                f"cannot reach the control API at {self.host}:{self.port}: {exc} "
+                f"cannot reach the control API at {self._where}: {exc} "
                 "(is the node running, and is `control:` set in its config?)"
             ) from None
         finally:
@@ -284,10 +350,17 @@ class ControlClient:
             decoded = json.loads(payload) if payload else None
         except json.JSONDecodeError:
             raise ControlError(
-                f"{self.host}:{self.port} did not answer with JSON; is it a rabbitry control port?",
+                f"{self._where} did not answer with JSON; is it a rabbitry control port?",
                 response.status,
             ) from None
         if response.status != 200:
             message = decoded.get("error") if isinstance(decoded, dict) else None
             raise ControlError(message or f"HTTP {response.status}", response.status)
         return decoded
+
+    @property
+    def _where(self) -> str:
+        return self.url if self.https else f"{self.host}:{self.port}"
+
+    def _ca_name(self) -> str:
+        return f"--cacert {self.cafile}" if self.cafile is not None else "the system's CAs"

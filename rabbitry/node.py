@@ -30,6 +30,7 @@ from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.shell import AppControl, NodeMonitor
 from monitors.node_monitor.status import atomic_write
+from monitors.tls import TlsContexts
 from rabbitry.control import Conflict, ControlServer
 from rabbitry.node_config import NodeConfig
 from rabbitry.node_files import describe, node_run_dir, with_run_dir
@@ -133,6 +134,9 @@ class Node:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        # The node's SSL contexts (None without `tls:`): dist, the control API and metrics
+        # take theirs from here per connection, so a rotation reaches all of them at once.
+        self.tls = TlsContexts(config.tls, config.node) if config.tls is not None else None
         self.parts = _Parts()
         self.root: Any = None
         # The monitor may ask to start or stop the application while the root is still
@@ -216,6 +220,12 @@ class Node:
             "last_error": self._app_error,
         }
 
+    def reload_tls(self) -> bool:
+        """Re-read the `tls:` files now (SIGHUP): new connections use them, established ones
+        stay up. True if they were reloaded; False without `tls:` or if they are unusable
+        (logged; the previous ones stay in use)."""
+        return self.tls is not None and self.tls.reload()
+
     # ------------------------------------------------------------------ the children
 
     def _children(self) -> list[ChildSpec]:
@@ -259,6 +269,7 @@ class Node:
             config.cookie,
             peers,
             net_ticktime=config.net_ticktime,
+            tls=self.tls,
         )
         return self.parts.kernel
 
@@ -451,7 +462,11 @@ class Node:
             ("POST", "/cluster/forget"): self._forget,
         }
         self.parts.control = ControlServer.start_link(
-            address.host, address.port, self.config.cookie, routes
+            address.host,
+            address.port,
+            self.config.cookie,
+            routes,
+            tls=self.tls.https_server if self.tls is not None else None,
         )
         return self.parts.control
 

@@ -13,6 +13,7 @@
     tree: ./app-tree.yaml
     alarms: {memory_high_watermark: 0.4, disk_free_limit: 50MB}
     mnesia: {merge: autoheal, fsync: commit}   # optional: run the replicated store
+    tls: {certfile: ./tls/a.pem, keyfile: ./tls/a-key.pem, cafile: ./tls/ca.pem}
 
 Every mistake raises NodeConfigError naming the file, the key path and what was expected, the
 same way tree files do. Relative paths are taken from the config file's directory.
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from monitors.node_monitor.config import PartitionHandling, PartitionHandlingError
+from monitors.tls import TlsFileError, TlsFiles, check_tls_files
 from supervisors import ConfigChecker, ConfigError, TreeSpec, load_tree, read_config_file
 from supervisors.config_check import join, show, typed
 
@@ -49,7 +51,13 @@ _KEYS = (
     "alarms",
     "gossip",
     "mnesia",
+    "tls",
 )
+_TLS_KEYS = ("certfile", "keyfile", "cafile")
+# A cookie is the cluster's only secret without TLS; Erlang's auto cookies fall to guessing
+# (ecosystem_security.md §3). 16 bytes of a random token is the least we accept.
+MIN_COOKIE_BYTES = 16
+MAKE_COOKIE = "(umask 077; head -c 32 /dev/urandom | base64 > cookie)"
 _MNESIA_KEYS = ("merge", "fsync", "force_load", "load_timeout", "extra_db_nodes")
 MERGE_MODES = ("none", "autoheal", "lww")
 _ALARM_KEYS = ("memory_high_watermark", "disk_free_limit")
@@ -158,6 +166,7 @@ class NodeConfig:
     alarms: Alarms = field(default_factory=Alarms)
     gossip: GossipOptions = field(default_factory=GossipOptions)
     mnesia: MnesiaOptions | None = None  # None: the node runs no store
+    tls: TlsFiles | None = None  # None: plain TCP dist, plain HTTP on loopback only
     file: Path | None = field(default=None, compare=False)
 
     @property
@@ -197,6 +206,7 @@ class _NodeChecker(ConfigChecker):
             if "net_ticktime" in data
             else DEFAULT_NET_TICKTIME
         )
+        tls = self.tls(data, node)
         return NodeConfig(
             node=node,
             listen=listen,
@@ -206,11 +216,12 @@ class _NodeChecker(ConfigChecker):
             peers=self.peers(data, node),
             partition_handling=self.partition_handling(data),
             bus=self.bus(data),
-            control=self.control(data),
+            control=self.control(data, tls is not None),
             tree=self.tree(data),
             alarms=self.alarms(data),
             gossip=self.gossip(data),
             mnesia=self.mnesia(data),
+            tls=tls,
             file=Path(self.file),
         )
 
@@ -253,7 +264,7 @@ class _NodeChecker(ConfigChecker):
                 at=data,
             )
         if has_inline:
-            return self.string(data, "", "cookie").strip().encode()
+            return self._long_enough(self.string(data, "", "cookie").strip().encode(), data)
         path = Path(self.path_value(data, "", "cookie_file") or "")
         try:
             info = path.stat()
@@ -275,7 +286,47 @@ class _NodeChecker(ConfigChecker):
             )
         if not text:
             self.fail("cookie_file", "a non-empty cookie", problem=f"{path} is empty")
-        return text.encode()
+        return self._long_enough(text.encode(), data, path)
+
+    def _long_enough(self, cookie: bytes, data: dict, path: Path | None = None) -> bytes:
+        """Refuse a guessable cookie, saying how to make a good one (never showing it)."""
+        if len(cookie) < MIN_COOKIE_BYTES:
+            key = "cookie_file" if path is not None else "cookie"
+            where = f"{path} holds" if path is not None else "`cookie:` is"
+            self.fail(
+                key,
+                f"a cookie of at least {MIN_COOKIE_BYTES} bytes",
+                problem=f"{where} {len(cookie)} bytes; a cookie needs at least {MIN_COOKIE_BYTES} bytes: a short one can be guessed, and "
+                f"whoever guesses it controls the cluster: make a random one with "
+                f"`{MAKE_COOKIE}` and use it as `cookie_file: ./cookie` on every node",
+                at=(data, key),
+            )
+        return cookie
+
+    def tls(self, data: dict, node: str) -> TlsFiles | None:
+        section = data.get("tls")
+        if section is None:
+            return None
+        if not isinstance(section, dict):
+            self.fail("tls", "a mapping with certfile, keyfile and cafile", typed(section))
+        self.check_keys(section, "tls", _TLS_KEYS)
+        paths = {}
+        for key in _TLS_KEYS:
+            self.require(
+                section, "tls", key, "a path to a PEM file (`rabbitry tls gen` makes them)"
+            )
+            paths[key] = Path(self.path_value(section, "tls", key) or "")
+        files = TlsFiles(**paths)
+        try:
+            check_tls_files(files, node)
+        except TlsFileError as exc:
+            self.fail(
+                f"tls.{exc.key}",
+                "a usable certificate, key and CA file",
+                problem=exc.problem,
+                at=(section, exc.key),
+            )
+        return files
 
     def peers(self, data: dict, node: str) -> dict[str, Address]:
         cluster = data.get("cluster")
@@ -330,14 +381,16 @@ class _NodeChecker(ConfigChecker):
             )
         return url
 
-    def control(self, data: dict) -> Address | None:
+    def control(self, data: dict, tls: bool = False) -> Address | None:
         if "control" not in data:
             return None
         address = self.address(data["control"], "control", data)
-        if not _is_loopback(address.host):
+        if not tls and not _is_loopback(address.host):
             self.fail(
                 "control",
-                "a loopback address (127.0.0.1, ::1 or localhost): the control API is local-only",
+                "a loopback address (127.0.0.1, ::1 or localhost): without `tls:` the control "
+                "API is plain HTTP and local-only; add a `tls:` section (certfile, keyfile, "
+                "cafile; `rabbitry tls gen` makes them) to serve it over HTTPS on any address",
                 show(data["control"]),
                 at=(data, "control"),
             )

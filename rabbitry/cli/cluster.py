@@ -21,9 +21,12 @@ examples:
   rabbitry cluster join b@127.0.0.1 127.0.0.1:7002 --control 127.0.0.1:7101 --cookie-file ./cookie
   rabbitry cluster forget c@127.0.0.1 --control 127.0.0.1:7101 --cookie-file ./cookie
 
+  rabbitry cluster status --control https://node1.example:7101 --cacert ./tls/ca.pem
+
 --control is the node's `control:` address; the token is derived from the cluster cookie, so
 --cookie-file must name the node's cookie file (mode 0600). Without it, $RABBITRY_COOKIE_FILE
-is used, else ./cookie."""
+is used, else ./cookie. A node with `tls:` serves HTTPS: give --cacert (the cluster's CA file,
+the nodes' `tls.cafile`; default $RABBITRY_CACERT), which implies https://."""
 
 
 def register(commands: Any) -> None:
@@ -82,7 +85,16 @@ def register(commands: Any) -> None:
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--control", required=True, metavar="HOST:PORT", help="the node's control API address"
+        "--control",
+        required=True,
+        metavar="[https://]HOST:PORT",
+        help="the node's control API address (https:// for a node with `tls:`)",
+    )
+    parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="the cluster's CA file, to check the node's certificate over HTTPS; "
+        "default: $RABBITRY_CACERT",
     )
     parser.add_argument(
         "--cookie-file",
@@ -94,11 +106,20 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> ControlClient:
-    host, sep, port = args.control.rpartition(":")
-    if not sep or not port.isdigit():
+    scheme, sep, address = args.control.partition("://")
+    if not sep:
+        scheme, address = "", args.control
+    host, sep, port = address.rstrip("/").rpartition(":")
+    if scheme not in ("", "http", "https") or not sep or not port.isdigit():
         raise _UsageError(
-            f"--control must be HOST:PORT, such as 127.0.0.1:7101; got {args.control!r}"
+            f"--control must be [https://]HOST:PORT, such as 127.0.0.1:7101; got {args.control!r}"
         )
+    cacert = args.cacert or os.environ.get("RABBITRY_CACERT") or None
+    if scheme == "http" and args.cacert:
+        raise _UsageError("--cacert is for HTTPS; drop it, or write https:// in --control")
+    if cacert is not None and not os.access(cacert, os.R_OK):
+        raise _UsageError(f"cannot read the CA file {cacert} (--cacert)")
+    https = scheme == "https" or (scheme == "" and cacert is not None)
     path = Path(args.cookie_file or os.environ.get("RABBITRY_COOKIE_FILE") or "cookie")
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
@@ -112,7 +133,14 @@ def _client(args: argparse.Namespace) -> ControlClient:
         )
     if not cookie:
         raise _UsageError(f"the cookie file {path} is empty")
-    return ControlClient(host.strip("[]"), int(port), cookie, timeout=args.timeout)
+    return ControlClient(
+        host.strip("[]"),
+        int(port),
+        cookie,
+        timeout=args.timeout,
+        cafile=cacert if https else None,
+        https=https,
+    )
 
 
 class _UsageError(Exception):

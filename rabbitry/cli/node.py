@@ -19,7 +19,9 @@ examples:
 Once every part runs, the node prints one line on stdout:
   READY <node> <dist host:port> control=<host:port|->
 SIGTERM or Ctrl-C stops it in order (the application first, the dist layer last) and writes
-nodes_running_at_shutdown in its data_dir. The config format is in docs/node.md."""
+nodes_running_at_shutdown in its data_dir. SIGHUP re-reads the `tls:` files (they are also
+re-read when they change): new connections use them, established ones stay up. The config
+format is in docs/node.md."""
 
 
 def register(commands: Any) -> None:
@@ -66,10 +68,18 @@ def start_command(args: argparse.Namespace) -> int:
         received.append(signal.Signals(signum).name)
         stop.set()
 
+    started: list[Any] = []
+
+    def on_hup(_signum: int, _frame: Any) -> None:  # runs on the main thread; quick
+        if started:
+            started[0].reload_tls()
+
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_hup)
     try:
         node = Node.start(config)
+        started.append(node)
         wait_ready(node)
     except StartChildError as exc:
         print(f"rabbitry node start: {config.node} failed to start: {exc}", file=sys.stderr)

@@ -210,6 +210,7 @@ class Cluster:
         tree: str | os.PathLike[str] | None = None,
         proxy_prefix: str = "",
         config: dict[str, Any] | None = None,
+        tls: bool = False,
     ) -> None:
         if n < 1:
             raise ValueError(f"a cluster needs at least 1 node, got {n}")
@@ -229,6 +230,8 @@ class Cluster:
         self._cuts: set[tuple[str, str]] = set()  # directed links a -> b whose bytes are dropped
         self._down: set[str] = set()  # nodes killed or SIGSTOPped
         self._extra = dict(config or {})
+        # With `tls`, `rabbitry tls gen`'s certificates in root/tls, and HTTPS control clients.
+        self.cafile: Path | None = root / "tls" / "ca.pem" if tls else None
         self._configure(partition_handling, tree)
 
     # -- set-up --------------------------------------------------------------------------
@@ -240,6 +243,11 @@ class Cluster:
         cookie.write_bytes(COOKIE)
         os.chmod(cookie, 0o600)
         tree_path = self._tree_file(tree)
+        tls_files = {}
+        if self.cafile is not None:
+            from rabbitry.tls_gen import generate
+
+            tls_files = {f.node: f for f in generate(self.cafile.parent, self.nodes)[1]}
         with reserved_ports(2 * len(self.nodes)) as ports:
             dist = dict(zip(self.nodes, ports[: len(self.nodes)], strict=True))
             control = dict(zip(self.nodes, ports[len(self.nodes) :], strict=True))
@@ -265,11 +273,20 @@ class Cluster:
             peers = {b: self.proxies[(a, b)] for b in self.nodes if b != a}
             if peers:
                 config["cluster"] = {"nodes": peers}
+            if a in tls_files:
+                files = tls_files[a]
+                config["tls"] = {
+                    "certfile": str(files.certfile),
+                    "keyfile": str(files.keyfile),
+                    "cafile": str(files.cafile),
+                }
             config.update(self._extra)
             path = root / f"{short}.yaml"
             path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
-            self._clients[a] = ControlClient(HOST, control[a], COOKIE, timeout=5)
-            self._quick[a] = ControlClient(HOST, control[a], COOKIE, timeout=1)
+            self._clients[a] = ControlClient(
+                HOST, control[a], COOKIE, timeout=5, cafile=self.cafile
+            )
+            self._quick[a] = ControlClient(HOST, control[a], COOKIE, timeout=1, cafile=self.cafile)
             self._specs[a] = NodeSpec(
                 short,
                 [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
@@ -592,9 +609,11 @@ class ClusterFactory:
         *,
         wait: bool = True,
         config: dict[str, Any] | None = None,
+        tls: bool = False,
     ) -> Cluster:
         """Start an n-node cluster and (with `wait`) wait until it has formed. `config` adds
-        keys to every node's config (`bus:`, `gossip:`, `alarms:`, ...)."""
+        keys to every node's config (`bus:`, `gossip:`, `alarms:`, ...); `tls` runs it over
+        TLS with certificates from `rabbitry tls gen` (in the cluster's root, tls/)."""
         index = len(self.clusters)
         prefix = (
             f"rabbitry-{os.getpid()}-{id(self):x}-{index}:"
@@ -611,6 +630,7 @@ class ClusterFactory:
             tree=tree,
             proxy_prefix=prefix,
             config=config,
+            tls=tls,
         )
         self.clusters.append(cluster)
         cluster.start()

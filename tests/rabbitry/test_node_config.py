@@ -16,7 +16,7 @@ from rabbitry.node_config import (
 from supervisors import ConfigError
 
 
-def _cookie(tmp_path: Path, mode: int = 0o600, text: str = "secret-cookie") -> Path:
+def _cookie(tmp_path: Path, mode: int = 0o600, text: str = "secret-cookie-0123456789") -> Path:
     path = tmp_path / "cookie"
     path.write_text(text + "\n")
     os.chmod(path, mode)
@@ -56,7 +56,7 @@ def test_a_full_config_loads(tmp_path: Path) -> None:
     config = load_node_config(path)
     assert config.node == "a@127.0.0.1"
     assert config.listen == Address("127.0.0.1", 7001)
-    assert config.cookie == b"secret-cookie"
+    assert config.cookie == b"secret-cookie-0123456789"
     assert config.data_dir == tmp_path / "data" / "a"
     assert config.net_ticktime == 1.0
     # the node itself may be listed (one list for every node) but is not its own peer
@@ -85,12 +85,12 @@ def test_toml_works_too(tmp_path: Path) -> None:
     _cookie(tmp_path)
     path = _write(
         tmp_path,
-        'node = "a@127.0.0.1"\nlisten = "127.0.0.1:0"\ncookie = "inline"\n'
+        'node = "a@127.0.0.1"\nlisten = "127.0.0.1:0"\ncookie = "inline-cookie-0123456789"\n'
         '[cluster.nodes]\n"b@127.0.0.1" = "127.0.0.1:7002"\n',
         "node.toml",
     )
     config = load_node_config(path)
-    assert config.cookie == b"inline"
+    assert config.cookie == b"inline-cookie-0123456789"
     assert config.listen.port == 0
     assert list(config.peers) == ["b@127.0.0.1"]
 
@@ -98,34 +98,50 @@ def test_toml_works_too(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "key_path", "fragment"),
     [
-        ("listen: 127.0.0.1:7001\ncookie: x\n", "node", "missing"),
-        ("node: nohost\nlisten: 127.0.0.1:1\ncookie: x\n", "node", "name@host"),
-        ("node: a@h\nlisten: 7001\ncookie: x\n", "listen", "host:port"),
-        ("node: a@h\nlisten: h:99999\ncookie: x\n", "listen", "host:port"),
+        ("listen: 127.0.0.1:7001\ncookie: 0123456789abcdef\n", "node", "missing"),
+        ("node: nohost\nlisten: 127.0.0.1:1\ncookie: 0123456789abcdef\n", "node", "name@host"),
+        ("node: a@h\nlisten: 7001\ncookie: 0123456789abcdef\n", "listen", "host:port"),
+        ("node: a@h\nlisten: h:99999\ncookie: 0123456789abcdef\n", "listen", "host:port"),
         ("node: a@h\nlisten: h:1\n", "cookie_file", "got neither"),
-        ("node: a@h\nlisten: h:1\ncookie: x\ncookie_file: ./cookie\n", "cookie_file", "got both"),
-        ("node: a@h\nlisten: h:1\ncookie: x\nnet_tiktime: 1s\n", "net_tiktime", "did you mean"),
-        ("node: a@h\nlisten: h:1\ncookie: x\nnet_ticktime: 0\n", "net_ticktime", "> 0"),
-        ("node: a@h\nlisten: h:1\ncookie: x\ncluster: [a]\n", "cluster", "mapping"),
         (
-            "node: a@h\nlisten: h:1\ncookie: x\ncluster: {nodes: {b@h: 7002}}\n",
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\ncookie_file: ./cookie\n",
+            "cookie_file",
+            "got both",
+        ),
+        (
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\nnet_tiktime: 1s\n",
+            "net_tiktime",
+            "did you mean",
+        ),
+        (
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\nnet_ticktime: 0\n",
+            "net_ticktime",
+            "> 0",
+        ),
+        ("node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\ncluster: [a]\n", "cluster", "mapping"),
+        (
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\ncluster: {nodes: {b@h: 7002}}\n",
             "cluster.nodes.b@h",
             "host:port",
         ),
         (
-            "node: a@h\nlisten: h:1\ncookie: x\ncluster: {nodes: {bogus: 'h:2'}}\n",
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\ncluster: {nodes: {bogus: 'h:2'}}\n",
             "cluster.nodes.bogus",
             "name@host",
         ),
-        ("node: a@h\nlisten: h:1\ncookie: x\nbus: kafka://x\n", "bus", "redis://"),
-        ("node: a@h\nlisten: h:1\ncookie: x\ncontrol: 10.0.0.1:7101\n", "control", "loopback"),
+        ("node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\nbus: kafka://x\n", "bus", "redis://"),
         (
-            "node: a@h\nlisten: h:1\ncookie: x\nalarms: {memory_high_watermark: 2}\n",
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\ncontrol: 10.0.0.1:7101\n",
+            "control",
+            "loopback",
+        ),
+        (
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\nalarms: {memory_high_watermark: 2}\n",
             "alarms.memory_high_watermark",
             "fraction",
         ),
         (
-            "node: a@h\nlisten: h:1\ncookie: x\nalarms: {disk_free_limit: lots}\n",
+            "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\nalarms: {disk_free_limit: lots}\n",
             "alarms.disk_free_limit",
             "50MB",
         ),
@@ -159,7 +175,7 @@ def test_a_missing_cookie_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_errors_carry_the_yaml_line(tmp_path: Path) -> None:
-    path = _write(tmp_path, "node: a@h\nlisten: h:1\ncookie: x\n\nbus: nope\n")
+    path = _write(tmp_path, "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\n\nbus: nope\n")
     with pytest.raises(NodeConfigError) as caught:
         load_node_config(path)
     assert caught.value.line == 5
@@ -170,7 +186,7 @@ def test_partition_handling_forms(tmp_path: Path) -> None:
 
     path = _write(
         tmp_path,
-        "node: a@h\nlisten: h:1\ncookie: x\npartition_handling:\n"
+        "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\npartition_handling:\n"
         "  pause_if_all_down: {nodes: [b@h], recover: autoheal}\n",
     )
     config = load_node_config(path)
@@ -178,7 +194,8 @@ def test_partition_handling_forms(tmp_path: Path) -> None:
         "pause_if_all_down", nodes=("b@h",), recover="autoheal"
     )
     path = _write(
-        tmp_path, "node: a@h\nlisten: h:1\ncookie: x\npartition_handling: pause_minority\n"
+        tmp_path,
+        "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\npartition_handling: pause_minority\n",
     )
     assert load_node_config(path).partition_handling.mode == "pause_minority"
 
@@ -199,7 +216,9 @@ def test_partition_handling_forms(tmp_path: Path) -> None:
     ],
 )
 def test_partition_handling_mistakes(tmp_path: Path, value: str, key_path: str) -> None:
-    path = _write(tmp_path, f"node: a@h\nlisten: h:1\ncookie: x\npartition_handling: {value}\n")
+    path = _write(
+        tmp_path, f"node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\npartition_handling: {value}\n"
+    )
     with pytest.raises(NodeConfigError) as caught:
         load_node_config(path)
     assert caught.value.key_path == key_path
@@ -208,7 +227,7 @@ def test_partition_handling_mistakes(tmp_path: Path, value: str, key_path: str) 
 
 def test_a_bad_tree_file_reports_the_tree_file(tmp_path: Path) -> None:
     (tmp_path / "tree.yaml").write_text("supervisor:\n  strategy: sometimes\n")
-    path = _write(tmp_path, "node: a@h\nlisten: h:1\ncookie: x\ntree: ./tree.yaml\n")
+    path = _write(tmp_path, "node: a@h\nlisten: h:1\ncookie: 0123456789abcdef\ntree: ./tree.yaml\n")
     with pytest.raises(ConfigError) as caught:
         load_node_config(path)
     assert caught.value.file.endswith("tree.yaml")

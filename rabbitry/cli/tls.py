@@ -1,0 +1,74 @@
+"""`rabbitry tls gen --out DIR NODE...`: a CA and a certificate per node, and the `tls:` lines
+to paste into each node's config (as RabbitMQ's tls-gen does)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rabbitry.cli import HelpFormatter
+
+TLS_EPILOG = """\
+examples:
+  rabbitry tls gen --out ./tls a@127.0.0.1 b@127.0.0.1 c@127.0.0.1
+  rabbitry tls gen --out ./tls d@10.0.0.7          # adds d, signed by the CA already in ./tls
+
+Writes DIR/ca.pem and DIR/ca-key.pem (the CA; reused if DIR has one), and per node
+DIR/<name>.pem and DIR/<name>-key.pem (keys mode 0600). Each certificate carries a URI SAN
+rabbitry://name@host, so it is accepted for that node only, and a DNS/IP SAN for its host, so
+HTTPS clients (`rabbitry cluster ... --cacert DIR/ca.pem`) accept it for the control API.
+Keep ca-key.pem away from the nodes: whoever holds it can mint node certificates."""
+
+
+def register(commands: Any) -> None:
+    """Add `tls gen` to the `rabbitry` command's subparsers."""
+    tls = commands.add_parser(
+        "tls",
+        help="make the certificates for TLS between nodes (tls gen)",
+        description="Certificates for dist over mutual TLS, HTTPS control API and metrics.",
+        epilog=TLS_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    tls.set_defaults(help_parser=tls)
+    sub = tls.add_subparsers(title="tls commands", metavar="COMMAND")
+    gen = sub.add_parser(
+        "gen",
+        help="make a CA (or reuse DIR's) and one certificate per NODE",
+        description="Make a CA (or reuse the one in DIR) and one certificate per node, and print "
+        "the `tls:` lines to paste into each node's config.",
+        epilog=TLS_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    gen.add_argument("--out", required=True, metavar="DIR", help="where to write the files")
+    gen.add_argument("nodes", nargs="+", metavar="NODE", help="node names, such as a@127.0.0.1")
+    gen.add_argument("--days", type=int, default=825, help="how long the certificates are valid")
+    gen.set_defaults(handler=gen_command, help_parser=gen)
+
+
+def gen_command(args: argparse.Namespace) -> int:
+    from rabbitry.node_config import NODE_NAME
+    from rabbitry.tls_gen import generate
+
+    bad = [n for n in args.nodes if not NODE_NAME.match(n)]
+    if bad:
+        print(
+            f"rabbitry tls gen: not a node name: {', '.join(bad)} (expected name@host, such as "
+            "a@127.0.0.1)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.days < 1:
+        print(f"rabbitry tls gen: --days must be >= 1, got {args.days}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        made, written = generate(out, list(dict.fromkeys(args.nodes)), days=args.days)
+    except (OSError, ValueError) as exc:
+        print(f"rabbitry tls gen: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'made' if made else 'reused'} the CA {out / 'ca.pem'} (its key: {out / 'ca-key.pem'})")
+    for files in written:
+        print(f"\n# {files.node}: paste into its config\n{files.tls_lines()}", end="")
+    return 0
