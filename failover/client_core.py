@@ -86,6 +86,8 @@ class ConfigurationClientCore:
         # request id -> (purpose, token, servers checked, our file's master when asked)
         self._checks: dict[int, tuple[str, Token, tuple[str, ...], str | None]] = {}
         self._last_outdated_reply = float("-inf")
+        self.switches = 0  # times the master file moved from one master to another
+        self._last_master: str | None = None
 
     # ---- queries ------------------------------------------------------------------------------
 
@@ -98,6 +100,7 @@ class ConfigurationClientCore:
             "term": self.max_token[0],
             "token": list(self.max_token),
             "connected": self.connected,
+            "switches": self.switches,
         }
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -147,6 +150,10 @@ class ConfigurationClientCore:
         return QueryRedis(self._req, servers)
 
     def _write(self, server: str | None) -> WriteMasterFile:
+        if server and self._last_master and server != self._last_master:
+            self.switches += 1  # a new master after another one (an empty file in between)
+        if server:
+            self._last_master = server
         self.master = server
         self.file_known = True
         return WriteMasterFile(server)
@@ -168,6 +175,7 @@ class ConfigurationClientCore:
                 self._write(None),
             ]
         self.master = server
+        self._last_master = server or self._last_master
         if server is None:
             return [Log.info("RCC: the master file is empty; waiting for reconfigure")]
         return [self._check(START_CHECK, self.max_token, (server,))]

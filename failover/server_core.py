@@ -222,6 +222,11 @@ class ConfigurationServerCore:
         self.no_master_reason: str | None = None
         self._census_note = False
         self._servers_only = False  # an incomplete census of empty files: trust no hint
+        # switches this RCS completed, and the last one: from, to, when, and how long since
+        # the master was first found unavailable (for metrics and the management page)
+        self.switches = 0
+        self.last_switch: dict[str, Any] | None = None
+        self._unavailable_since: float | None = None
 
         self._req = 0
         self._pending: tuple[int, str] | None = None  # (request id, purpose)
@@ -310,6 +315,8 @@ class ConfigurationServerCore:
             "term_confirmed": self.active and self.term_confirmed(now),
             "retries": self.retries,
             "no_master_reason": self.no_master_reason,
+            "switches": self.switches,
+            "last_switch": dict(self.last_switch) if self.last_switch else None,
             "clients": {
                 c: {
                     "last_seen_ago": (
@@ -609,6 +616,7 @@ class ConfigurationServerCore:
         self.no_master_reason = None
         self.retries = 0
         self.master_available = True
+        self._unavailable_since = None
         return [
             SetMaster(self.master),
             *self._announce(now),
@@ -692,6 +700,7 @@ class ConfigurationServerCore:
             came_back = not self.master_available
             self.retries = 0
             self.master_available = True
+            self._unavailable_since = None
             out: list[FailoverEffect] = []
             if came_back:
                 out.append(Log.info("RCS: master available", master=self.master))
@@ -737,6 +746,8 @@ class ConfigurationServerCore:
     # ---- the round: ping, invalidate ------------------------------------------------------------------
 
     def _master_unavailable(self, now: float) -> list[FailoverEffect]:
+        if self._unavailable_since is None:
+            self._unavailable_since = now
         self._pending = None
         self.master_available = False
         out: list[FailoverEffect] = [CancelTimer(TIMER_WATCH), CancelTimer(TIMER_RECONFIGURE)]
@@ -870,11 +881,15 @@ class ConfigurationServerCore:
         if new != old:
             if old is not None:
                 self.retired.add(old)
+                began = self._unavailable_since if self._unavailable_since is not None else now
+                self.switches += 1
+                self.last_switch = {"from": old, "to": new, "at": now, "took": now - began}
             self.retired.discard(new)
             out += self._notify(f"Setting redis master to '{new}' (was '{old}')")
         self.master = new
         self.master_available = available
         if available:
+            self._unavailable_since = None
             prev = infos.get(new)
             infos = {**infos, new: ServerInfo("master", None, prev.offset if prev else 0)}
             self.infos = infos

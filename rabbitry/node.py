@@ -8,6 +8,10 @@
       control        the HTTP JSON control API (when `control:` is set)
       gossip         heartbeats, mingle, revokes and elections on the `bus:` (when set)
       app            the application tree from `tree:` (what pauses)
+      observer       writes dist and node monitor events into the node's Observations
+
+When `metrics:` is set, a `metrics` child (GET /metrics) comes first: it reads the others when
+scraped and needs none of them to start, and a taken address then fails the start at once.
 
 rest_for_one: if the dist layer dies, everything after it is restarted too, as an Erlang node
 without its net_kernel is no cluster member. Pausing (pause_minority, pause_if_all_down, an
@@ -34,6 +38,7 @@ from monitors.tls import TlsContexts
 from rabbitry.control import Conflict, ControlServer
 from rabbitry.node_config import NodeConfig
 from rabbitry.node_files import describe, node_run_dir, with_run_dir
+from rabbitry.observe import MetricsServer, NodeObserver, Observations
 from supervisors import ChildSpec, Process, Supervisor, SupFlags
 
 log = logging.getLogger("rabbitry.node")
@@ -91,6 +96,7 @@ class _Parts:
         self.control: Any = None
         self.gossip: Any = None
         self.mnesia: Any = None
+        self.metrics: Any = None
 
 
 class NodeStats(Process):
@@ -148,6 +154,8 @@ class Node:
         # Why the application last failed to start (None once it starts), for GET /app and
         # `rabbitry cluster status`: a node that is up but not running says why.
         self._app_error: dict[str, Any] | None = None
+        # what metrics and the management page read without asking an actor
+        self.observations = Observations(config.node)
 
     @classmethod
     def start(cls, config: NodeConfig) -> Node:
@@ -155,9 +163,16 @@ class Node:
         node = cls(config)
         _current = node
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        node.root = Supervisor.start(
-            SupFlags("rest_for_one", intensity=3, period=10.0), node._children(), name=config.node
-        )
+        node.observations.attach()
+        try:
+            node.root = Supervisor.start(
+                SupFlags("rest_for_one", intensity=3, period=10.0),
+                node._children(),
+                name=config.node,
+            )
+        except BaseException:
+            node.observations.detach()
+            raise
         node._root_ready.set()
         return node
 
@@ -166,6 +181,7 @@ class Node:
         global _current
         if self.root is not None and self.root.is_alive():
             self.root.stop()
+        self.observations.detach()
         if _current is self:
             _current = None
 
@@ -199,6 +215,14 @@ class Node:
         rabbitry.node_files): under data_dir, so nodes sharing a host never share them."""
         return node_run_dir(self.config.data_dir)
 
+    @property
+    def metrics_address(self) -> str | None:
+        """host:port of GET /metrics, or None without `metrics:`."""
+        if self.parts.metrics is None:
+            return None
+        host, port = self.parts.metrics.proxy().get_address().get(timeout=5)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     def status(self) -> dict[str, Any]:
         return self.parts.monitor.proxy().get_status().get(timeout=10)
 
@@ -230,7 +254,10 @@ class Node:
 
     def _children(self) -> list[ChildSpec]:
         config = self.config
-        children = [
+        children = []
+        if config.metrics is not None:
+            children.append(ChildSpec("metrics", self._start_metrics, shutdown=5.0))
+        children += [
             ChildSpec("net_kernel", self._start_kernel, shutdown=5.0),
             ChildSpec("node_monitor", self._start_monitor, shutdown=10.0),
         ]
@@ -243,6 +270,7 @@ class Node:
             children.append(ChildSpec("gossip", self._start_gossip, shutdown=5.0))
         if config.tree is not None and not self._app_held:
             children.append(self._app_spec())
+        children.append(ChildSpec("observer", self._start_observer, shutdown=2.0))
         return children
 
     @property
@@ -259,6 +287,13 @@ class Node:
         return ChildSpec(
             "app", (Supervisor, (tree.flags, children), {"name": "app"}), type="supervisor"
         )
+
+    def _start_metrics(self) -> Any:
+        self.parts.metrics = MetricsServer.start_link(self)
+        return self.parts.metrics
+
+    def _start_observer(self) -> Any:
+        return NodeObserver.start_link(self.parts.kernel, self.parts.monitor, self.observations)
 
     def _start_kernel(self) -> Any:
         config = self.config

@@ -10,6 +10,7 @@
     partition_handling: pause_minority
     bus: redis://127.0.0.1:6379/0
     control: 127.0.0.1:7101
+    metrics: 127.0.0.1:15692           # optional: Prometheus GET /metrics (docs/metrics.md)
     tree: ./app-tree.yaml
     alarms: {memory_high_watermark: 0.4, disk_free_limit: 50MB}
     mnesia: {merge: autoheal, fsync: commit}   # optional: run the replicated store
@@ -52,6 +53,7 @@ _KEYS = (
     "gossip",
     "mnesia",
     "tls",
+    "metrics",
 )
 _TLS_KEYS = ("certfile", "keyfile", "cafile")
 # A cookie is the cluster's only secret without TLS; Erlang's auto cookies fall to guessing
@@ -167,6 +169,7 @@ class NodeConfig:
     gossip: GossipOptions = field(default_factory=GossipOptions)
     mnesia: MnesiaOptions | None = None  # None: the node runs no store
     tls: TlsFiles | None = None  # None: plain TCP dist, plain HTTP on loopback only
+    metrics: Address | None = None  # None: no metrics listener
     file: Path | None = field(default=None, compare=False)
 
     @property
@@ -222,6 +225,7 @@ class _NodeChecker(ConfigChecker):
             gossip=self.gossip(data),
             mnesia=self.mnesia(data),
             tls=tls,
+            metrics=self.metrics(data),
             file=Path(self.file),
         )
 
@@ -395,6 +399,13 @@ class _NodeChecker(ConfigChecker):
                 at=(data, "control"),
             )
         return address
+
+    def metrics(self, data: dict) -> Address | None:
+        """Any address of this host (loopback unless the config names another), unlike
+        `control:`: the endpoint is read-only and carries no secret."""
+        if "metrics" not in data:
+            return None
+        return self.address(data["metrics"], "metrics", data)
 
     def tree(self, data: dict) -> TreeSpec | None:
         tree_path = self.path_value(data, "", "tree")

@@ -24,6 +24,8 @@ from supervisors.messages import Down, Exit
 from supervisors.osprocess import OsProcess, OsProcessExited, OsProcessStartError
 from supervisors.process import Ignore, Process, current_process, exit, exit_reason, processes
 from supervisors.reasons import format_reason
+from supervisors.report import add_listener as add_report_listener
+from supervisors.report import remove_listener as remove_report_listener
 from supervisors.specs import ChildInfo, ChildSpec, SupFlags
 from supervisors.supervisor import Supervisor
 from supervisors.tree import TreeConfigError, TreeSpec, format_tree, load_tree, start_tree
@@ -54,6 +56,7 @@ __all__ = [
     "SupervisorError",
     "TreeConfigError",
     "TreeSpec",
+    "add_report_listener",
     "current_process",
     "exit",
     "exit_reason",
@@ -63,5 +66,6 @@ __all__ = [
     "parse_duration",
     "processes",
     "read_config_file",
+    "remove_report_listener",
     "start_tree",
 ]

@@ -8,11 +8,15 @@ Logger "supervisors.report". Each record carries the report as a dict in `record
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from supervisors.reasons import format_reason
 
 logger = logging.getLogger("supervisors.report")
+# Functions given every report dict whatever the log level (SASL's report handlers): a node's
+# metrics count restarts from them even when INFO lines are not logged.
+_listeners: list[Callable[[dict[str, Any]], None]] = []
 
 # What each event is and how loud: progress is INFO, anything that lost work is ERROR.
 EVENTS = {
@@ -31,12 +35,20 @@ EVENTS = {
 def report(event: str, supervisor: str, child: Any = None, **fields: Any) -> None:
     """Emit one report. Fields named `reason` are rendered with format_reason."""
     level = EVENTS[event]
-    if not logger.isEnabledFor(level):
+    logged = logger.isEnabledFor(level)
+    if not logged and not _listeners:
         return
     data: dict[str, Any] = {"event": event, "supervisor": supervisor}
     if child is not None:
         data["child"] = child
     data.update(fields)
+    for listener in list(_listeners):
+        try:
+            listener(data)
+        except Exception:  # a listener's bug must not break supervision
+            logger.exception("report listener %r failed", listener)
+    if not logged:
+        return
     parts = []
     for key, value in data.items():
         if key == "event":
@@ -44,3 +56,15 @@ def report(event: str, supervisor: str, child: Any = None, **fields: Any) -> Non
         text = format_reason(value) if key == "reason" else str(value)
         parts.append(f"{key}={text}")
     logger.log(level, "%s %s", event, " ".join(parts), extra={"report": data})
+
+
+def add_listener(fn: Callable[[dict[str, Any]], None]) -> None:
+    """Call `fn(report)` for every report from now on, on the reporting supervisor's thread
+    (so it must be quick and must not block), whatever the log level."""
+    _listeners.append(fn)
+
+
+def remove_listener(fn: Callable[[dict[str, Any]], None]) -> None:
+    """Stop calling `fn`; no error if it was not added."""
+    if fn in _listeners:
+        _listeners.remove(fn)

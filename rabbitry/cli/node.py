@@ -17,7 +17,7 @@ examples:
   rabbitry node start --config node.yaml --log-level debug
 
 Once every part runs, the node prints one line on stdout:
-  READY <node> <dist host:port> control=<host:port|->
+  READY <node> <dist host:port> control=<host:port|-> metrics=<host:port|->
 SIGTERM or Ctrl-C stops it in order (the application first, the dist layer last) and writes
 nodes_running_at_shutdown in its data_dir. SIGHUP re-reads the `tls:` files (they are also
 re-read when they change): new connections use them, established ones stay up. The config
@@ -82,10 +82,14 @@ def start_command(args: argparse.Namespace) -> int:
         started.append(node)
         wait_ready(node)
     except StartChildError as exc:
+        if isinstance(exc.reason, ConfigError):  # the config names what cannot be had
+            print(f"rabbitry node start: {exc.reason}", file=sys.stderr)
+            return 2
         print(f"rabbitry node start: {config.node} failed to start: {exc}", file=sys.stderr)
         return 1
     print(
-        f"READY {config.node} {node.dist_address} control={node.control_address or '-'}",
+        f"READY {config.node} {node.dist_address} control={node.control_address or '-'} "
+        f"metrics={node.metrics_address or '-'}",
         flush=True,
     )
     while not stop.wait(0.5):

@@ -1,0 +1,223 @@
+"""GET /metrics of one real node started in this process: every family of DESIGN.md's table
+with its type and labels, a restart counted, and a slow part that leaves out only its own
+series. (tests/rabbitry/observe/test_metrics_cluster.py scrapes node processes that are cut
+off and paused.)"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rabbitry.node import Node, wait_ready
+from rabbitry.node_config import node_config_from_mapping
+from tests.waiting import wait_until
+
+# name -> (type, labels), exactly as DESIGN.md's table "Metrics and the management page"
+REQUIRED = {
+    "rabbitry_identity_info": ("gauge", {"rabbitry_node", "rabbitry_cluster"}),
+    "rabbitry_build_info": ("gauge", {"version"}),
+    "rabbitry_cluster_members": ("gauge", {"role"}),
+    "rabbitry_cluster_running_members": ("gauge", set()),
+    "rabbitry_node_paused": ("gauge", set()),
+    "rabbitry_partitions": ("gauge", set()),
+    "rabbitry_dist_peer_up": ("gauge", {"peer"}),
+    "rabbitry_dist_node_down_total": ("counter", {"peer", "reason"}),
+    "rabbitry_alarms_memory_used_watermark": ("gauge", set()),
+    "rabbitry_alarms_free_disk_space_watermark": ("gauge", set()),
+    "rabbitry_supervisor_restarts_total": ("counter", {"supervisor", "child"}),
+    "rabbitry_supervisor_children": ("gauge", {"supervisor", "state"}),
+    "rabbitry_gossip_alive_workers": ("gauge", set()),
+    "rabbitry_failover_master_info": ("gauge", {"master"}),
+    "rabbitry_failover_switches_total": ("counter", set()),
+}
+
+TREE = """\
+supervisor:
+  intensity: 100
+  period: 10s
+  children:
+    - id: idle
+      start: "rabbitry.examples_workers:Idle"
+    - id: flaky
+      start: "rabbitry.examples_workers:Flaky"
+      kwargs: {name: flaky, crash_after: 0.5, every: 0.1}
+      shutdown: brutal_kill
+"""
+
+
+def scrape(address: str, accept: str = "") -> tuple[dict[str, Any], str]:
+    """{family name as written: family} from GET /metrics, and the raw text."""
+    host, _, port = address.rpartition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", "/metrics", headers={"Accept": accept} if accept else {})
+        response = connection.getresponse()
+        text = response.read().decode()
+        assert response.status == 200, text
+    finally:
+        connection.close()
+    families = {}
+    for family in text_string_to_metric_families(text):
+        # the parser names a counter family without _total; the samples keep it
+        name = family.name + "_total" if family.type == "counter" else family.name
+        families[name] = family
+    return families, text
+
+
+def samples(family: Any) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    root = tmp_path_factory.mktemp("metrics-node")
+    cookie = root / "cookie"
+    cookie.write_text("metrics-node-test-cookie")
+    os.chmod(cookie, 0o600)
+    (root / "tree.yaml").write_text(TREE)
+    config = node_config_from_mapping(
+        {
+            "node": "m@127.0.0.1",
+            "listen": "127.0.0.1:0",
+            "cookie_file": "./cookie",
+            "control": "127.0.0.1:0",
+            "metrics": "127.0.0.1:0",
+            "bus": f"memory://metrics-test-{os.getpid()}",
+            "mnesia": {},
+            "tree": "./tree.yaml",
+        },
+        file=str(root / "m.yaml"),
+        base_dir=root,
+    )
+    started = Node.start(config)
+    try:
+        wait_ready(started)
+        yield started
+    finally:
+        started.stop()
+
+
+def test_every_metric_of_the_design_with_its_type_and_labels(node: Node) -> None:
+    assert node.metrics_address is not None
+    # a restart, so that the restart counter has a series, and gossip is up
+    wait_until(
+        lambda: scrape(node.metrics_address)[0]["rabbitry_supervisor_restarts_total"].samples,
+        "flaky to be restarted",
+        poll=0.05,
+    )
+    families, text = scrape(node.metrics_address)
+    for name, (kind, labels) in REQUIRED.items():
+        assert name in families, f"{name} missing from:\n{text}"
+        family = families[name]
+        assert family.type == kind, f"{name}: type {family.type}, expected {kind}"
+        assert family.documentation.strip(), f"{name} has no HELP text"
+        for sample in family.samples:
+            assert set(sample.labels) == labels, f"{name}: labels {sample.labels}"
+    identity = samples(families["rabbitry_identity_info"])
+    key = (("rabbitry_cluster", "m@127.0.0.1"), ("rabbitry_node", "m@127.0.0.1"))
+    assert identity == {key: 1.0}
+    members = samples(families["rabbitry_cluster_members"])
+    assert members == {(("role", "core"),): 1.0, (("role", "ephemeral"),): 0.0}
+    assert samples(families["rabbitry_cluster_running_members"]) == {(): 1.0}
+    assert samples(families["rabbitry_node_paused"]) == {(): 0.0}
+    assert samples(families["rabbitry_partitions"]) == {(): 0.0}
+    children = samples(families["rabbitry_supervisor_children"])
+    assert children[(("state", "running"), ("supervisor", "m@127.0.0.1"))] >= 6
+    assert (("state", "running"), ("supervisor", "app")) in children
+    assert samples(families["rabbitry_gossip_alive_workers"]) == {(): 0.0}  # no other node
+    assert samples(families["rabbitry_mnesia_running_db_nodes"]) == {(): 1.0}
+
+
+def test_restarts_are_counted_per_supervisor_and_child(node: Node) -> None:
+    assert node.metrics_address is not None
+
+    def restarts() -> float:
+        family = scrape(node.metrics_address)[0]["rabbitry_supervisor_restarts_total"]
+        return samples(family).get((("child", "flaky"), ("supervisor", "app")), 0.0)
+
+    first = wait_until(restarts, "a first restart of flaky", poll=0.05)
+    wait_until(lambda: restarts() > first, "the counter to go up with the next restart", poll=0.05)
+
+
+def test_a_part_that_does_not_answer_leaves_out_only_its_own_series(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node monitor stuck in a handler (as behind a hung dist send): the scrape still
+    answers, without the monitor's series, and says which part was missing."""
+    assert node.metrics_address is not None
+    monitor = node.parts.monitor._actor_weakref()
+    real = monitor.get_status
+    release = time.monotonic() + 1.5
+
+    def stuck() -> dict[str, Any]:
+        time.sleep(max(0.0, release - time.monotonic()))
+        return real()
+
+    monkeypatch.setattr(monitor, "get_status", stuck)
+    families, _text = scrape(node.metrics_address)
+    assert "rabbitry_node_paused" not in families
+    assert "rabbitry_cluster_members" not in families
+    assert "rabbitry_identity_info" in families
+    assert "rabbitry_supervisor_children" in families
+    assert "rabbitry_dist_peer_up" in families
+    part_up = samples(families["rabbitry_scrape_part_up"])
+    assert part_up[(("part", "node_monitor"),)] == 0.0
+    assert part_up[(("part", "supervision"),)] == 1.0
+    monkeypatch.setattr(monitor, "get_status", real)
+    wait_until(lambda: time.monotonic() > release + 0.1, "the stuck call to end", poll=0.05)
+    assert "rabbitry_node_paused" in scrape(node.metrics_address)[0]
+
+
+def test_openmetrics_when_asked(node: Node) -> None:
+    assert node.metrics_address is not None
+    _families, text = scrape(node.metrics_address, accept="application/openmetrics-text")
+    assert text.rstrip().endswith("# EOF")
+    assert "rabbitry_identity_info" in text
+
+
+def test_a_malformed_metrics_address_names_the_key(tmp_path: Path) -> None:
+    from rabbitry.node_config import NodeConfigError
+
+    with pytest.raises(NodeConfigError) as caught:
+        node_config_from_mapping(
+            {"node": "a@127.0.0.1", "listen": "127.0.0.1:0", "cookie": "c", "metrics": "nope"},
+            file="a.yaml",
+            base_dir=tmp_path,
+        )
+    assert caught.value.key_path == "metrics"
+    assert "host:port" in str(caught.value)
+
+
+def test_a_taken_metrics_address_exits_2_naming_the_key(tmp_path: Path) -> None:
+    cookie = tmp_path / "cookie"
+    cookie.write_text("taken-test-cookie")
+    os.chmod(cookie, 0o600)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "a.yaml"
+        config.write_text(
+            "node: a@127.0.0.1\nlisten: 127.0.0.1:0\ncookie_file: ./cookie\n"
+            f"metrics: 127.0.0.1:{port}\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"a.yaml: metrics: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "READY" not in done.stdout
