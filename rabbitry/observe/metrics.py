@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 
 from monitors.alarms import DISK, MEMORY
+from monitors.tls import serve_https
 from rabbitry.observe.gather import Gathered, Gatherer
 from rabbitry.observe.parts import node_parts
 from supervisors import Process
@@ -430,11 +431,14 @@ class MetricsServer(Process):
                 problem=f"cannot listen on {address}: {why}; expected a free address of this "
                 "host (is another node or rabbitmq_prometheus using it?)",
             ) from None
+        if self._node.tls is not None:  # with `tls:`, HTTPS with the node's certificate
+            serve_https(server, self._node.tls.https_server, "metrics")
         self._server = server
         threading.Thread(
             target=server.serve_forever, name=f"metrics-{address.port}", daemon=True
         ).start()
-        log.info("metrics listening on %s:%s/metrics", *server.server_address[:2])
+        scheme = "https" if self._node.tls is not None else "http"
+        log.info("metrics listening on %s://%s:%s/metrics", scheme, *server.server_address[:2])
 
     def get_address(self) -> tuple[str, int]:
         """The bound (host, port); port 0 in the config becomes the real port here."""

@@ -190,7 +190,7 @@ def test_a_malformed_metrics_address_names_the_key(tmp_path: Path) -> None:
 
     with pytest.raises(NodeConfigError) as caught:
         node_config_from_mapping(
-            {"node": "a@127.0.0.1", "listen": "127.0.0.1:0", "cookie": "c", "metrics": "nope"},
+            {"node": "a@127.0.0.1", "listen": "127.0.0.1:0", "cookie": "c" * 20, "metrics": "nope"},
             file="a.yaml",
             base_dir=tmp_path,
         )
