@@ -72,6 +72,7 @@ from failover.effects import (
     SetTimer,
 )
 from failover.messages import NO_TOKEN, Token
+from monitors.retry_log import RetryBackoff
 
 TIMER_WATCH = "watch"  # the next check of the master
 TIMER_CLIENTS = "client_timeout"  # the ping or invalidate round's deadline
@@ -235,6 +236,9 @@ class ConfigurationServerCore:
         self._answered: set[str] = set()
         self._replicating: dict[str, tuple[str, float]] = {}  # server -> (master, when asked)
         self._replica_reqs: dict[int, str] = {}
+        # Retries that can fail for as long as an outage lasts log with back-off (first
+        # failure, one line per back-off step with a count, the recovery): monitors/retry_log.
+        self._retry_log = RetryBackoff()
 
         self.last_seen: dict[str, float] = {}
         self.reports: dict[str, _Report] = {}
@@ -932,7 +936,11 @@ class ConfigurationServerCore:
         self._pending = None
         clean = self._record(infos)
         if purpose == "detect":
-            return [CancelTimer(TIMER_REDIS), *self._determined(clean, now)]
+            out: list[FailoverEffect] = [CancelTimer(TIMER_REDIS)]
+            done = self._retry_log.success("detect", now)
+            if done is not None:
+                out.append(Log.info("RCS: Redis answered again", **done.fields()))
+            return [*out, *self._determined(clean, now)]
         if purpose == "watch":
             return self._watched(clean, now) if self.phase == WATCHING else []
         if purpose == "switch":
@@ -945,9 +953,15 @@ class ConfigurationServerCore:
         server = self._replica_reqs.pop(request_id, None)
         if server is not None:
             if ok:
-                return []
+                done = self._retry_log.success(("replica", server), now)
+                if done is None:
+                    return []
+                return [Log.info("RCS: making a replica worked", server=server, **done.fields())]
             self._replicating.pop(server, None)
-            return [Log.warning("RCS: making a replica failed", server=server)]
+            report = self._retry_log.failure(("replica", server), now)
+            if report is None:
+                return []
+            return [Log.warning("RCS: making a replica failed", server=server, **report.fields())]
         if not self.active or self._pending != (request_id, "promote"):
             return []
         target = self._promoting
@@ -978,7 +992,13 @@ class ConfigurationServerCore:
             return self._detect(now)
         if key == TIMER_REDIS:
             if self.phase == DETECTING:
-                return [Log.warning("RCS: no answer from Redis; trying again"), *self._detect(now)]
+                report = self._retry_log.failure("detect", now)
+                out = (
+                    []
+                    if report is None
+                    else [Log.warning("RCS: no answer from Redis; trying again", **report.fields())]
+                )
+                return [*out, *self._detect(now)]
             if self.phase in (SWITCHING, PROMOTING):
                 return self._abort_switch(now, "no answer from Redis in time")
         return []

@@ -53,6 +53,7 @@ from monitors.core_timers import CoreTimers, Fired
 from monitors.effects import CancelTimer, Log, SetTimer, perform_all
 from monitors.gossip.effects import Direct, Publish
 from monitors.node_monitor.shell import NodeEvent
+from monitors.retry_log import RetryLog
 from supervisors import Process
 
 __all__ = ["ConfigurationClient", "ConfigurationServer"]
@@ -158,6 +159,7 @@ class _FailoverShell(Process):
         self._subscription: Any = None
         self._timers = CoreTimers(self)
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="failover-redis")
+        self._retries = RetryLog(log)  # Redis calls that keep failing: logged with back-off
 
     # -- lifecycle
 
@@ -301,11 +303,21 @@ class _FailoverShell(Process):
         self._pool.submit(run)
 
     def _redis_call(self, request_id: int, fn: Any, *args: Any) -> _RedisDone:
+        key = (fn.__name__, args)
         try:
             fn(*args)
         except Exception as exc:
-            log.warning("failover %s: %s%s failed: %s", self.system, fn.__name__, args, exc)
+            self._retries.failure(
+                key,
+                "failover %s: %s%s failed: %s",
+                self.system,
+                fn.__name__,
+                args,
+                exc,
+                level=logging.WARNING,
+            )
             return _RedisDone(request_id, False)
+        self._retries.success(key, "failover %s: %s%s worked", self.system, fn.__name__, args)
         return _RedisDone(request_id, True)
 
 

@@ -117,14 +117,7 @@ class AmqpBus(Bus):
                     self._conn.process_data_events(time_limit=0.2)
                     self._drain()
             except (AMQPError, OSError) as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                self._ratelog.warning(
-                    "amqp-error",
-                    "bus %s: AMQP at %s: %s",
-                    self.node,
-                    self._where(),
-                    self.last_error,
-                )
+                self._connect_failed(f"{type(exc).__name__}: {exc}")
             except Exception as exc:  # a bug must not end the thread: log it and reconnect
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("bus %s: unexpected error in the AMQP I/O thread", self.node)

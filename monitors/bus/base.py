@@ -25,6 +25,7 @@ from monitors.bus.options import BusOptions, validate_node
 from monitors.bus.outbox import BROADCAST, DIRECT, Outbox, Request
 from monitors.bus.topic import topic_matches, validate_pattern
 from monitors.bus.urls import BusURL
+from monitors.retry_log import RetryLog
 
 log = logging.getLogger("monitors.bus")
 
@@ -114,6 +115,9 @@ class Bus:
         self._inbox_cond = threading.Condition()
         self._stopping = False
         self._ratelog = _RateLimitedLog()
+        # Reconnect attempts that keep failing: the first failure, one line per back-off
+        # step with a count, and the recovery (monitors/retry_log.py).
+        self._retries = RetryLog(log)
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name=self._thread_name("dispatch"), daemon=True
         )
@@ -374,7 +378,9 @@ class Bus:
             # Only listeners registered now hear of this change, even if it is delivered later.
             listeners = tuple(self._listeners)
         if value:
-            log.info("bus %s: connected to %s", self.node, self._where())
+            self._retries.success(
+                "broker", "bus %s: connected to %s", self.node, self._where(), always=True
+            )
         else:
             log.warning(
                 "bus %s: lost %s (%s); reconnecting", self.node, self._where(), self.last_error
@@ -383,6 +389,18 @@ class Bus:
             # State changes bypass the inbox bound: they are rare and must not be lost.
             self._inbox.append((_STATE, value, listeners))
             self._inbox_cond.notify()
+
+    def _connect_failed(self, error: str) -> None:
+        """A backend's (re)connect attempt failed with `error`: logged with back-off."""
+        self.last_error = error
+        self._retries.failure(
+            "broker",
+            "bus %s: cannot reach %s: %s",
+            self.node,
+            self._where(),
+            error,
+            level=logging.WARNING,
+        )
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:

@@ -110,7 +110,7 @@ class RedisBus(Bus):
                 pubsub = client.pubsub()
                 self._listen(client, pubsub, backoff)
             except (RedisError, OSError) as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._connect_failed(f"{type(exc).__name__}: {exc}")
             except Exception as exc:  # a bug must not end the thread: log it and reconnect
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("bus %s: unexpected error in the Redis reader", self.node)

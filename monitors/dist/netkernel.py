@@ -68,6 +68,7 @@ from monitors.dist.remote import _KERNELS, SIGNAL_FRAMES, RemoteRef, SignalRoute
 from monitors.dist.ticks import PeerDown, SendTick
 from monitors.dist.tls_stream import TlsStream, TlsStreamError
 from monitors.effects import SetTimer
+from monitors.retry_log import RetryLog
 from monitors.tls import TlsContexts, describe_san, peer_san, san_names_node
 from supervisors import Process, format_reason
 
@@ -81,6 +82,10 @@ _TICKER_MAX_SLEEP = 0.5
 # (plain vs TLS), speaks another version, or refused our certificate or cookie. We back off.
 _HOPELESS = frozenset({"garbage", "bad_version", "bad_cookie", "tls"})
 _TELL_AGAIN_AFTER = 60.0  # the same failure for the same peer is logged once a minute
+# A TCP connect whose SYN got no answer within this is tried again with a fresh SYN (the
+# kernel's own first retransmit comes only after 1 s, then 3 s, 7 s): a SYN dropped by a
+# cut that has since healed must not hold the link down.
+_SYN_RETRY = 0.25
 
 
 class _Pending:
@@ -181,7 +186,11 @@ class NetKernel(Process):
     - `net_ticktime`: a peer silent this long is down; ticks go out every quarter of it.
     - `disconnect_ban`: after `disconnect(node)`, no connection to it for this long.
     - `max_frame`: the largest frame accepted or sent, in bytes.
-    - `handshake_timeout`: connect plus handshake must finish within this.
+    - `handshake_timeout`: an incoming handshake must finish within this.
+    - `connect_timeout`: an outgoing attempt's TCP connect, and then its handshake, must each
+      finish within this (default 1 s, the node monitor's ping interval, as RabbitMQ pings
+      down nodes every second). An attempt that started during a cut thus never holds a link
+      down for long after the heal: the next ping starts a fresh one.
     - `max_queue`: bytes queued per connection before `send` waits (busy dist port).
     - `max_handshakes`: concurrent incoming handshakes; more are refused at once.
     - `creation`: normally left out: a fresh one per start.
@@ -203,6 +212,7 @@ class NetKernel(Process):
         disconnect_ban: float = 1.0,
         max_frame: int = 1 << 20,
         handshake_timeout: float = 5.0,
+        connect_timeout: float = 1.0,
         max_queue: int = 8 << 20,
         max_handshakes: int = 64,
         creation: int | None = None,
@@ -220,6 +230,7 @@ class NetKernel(Process):
         for what, value in (
             ("net_ticktime", net_ticktime),
             ("handshake_timeout", handshake_timeout),
+            ("connect_timeout", connect_timeout),
         ):
             if not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"{node}: {what} must be seconds > 0; got {value!r}")
@@ -236,6 +247,10 @@ class NetKernel(Process):
         self.disconnect_ban = float(disconnect_ban)
         self.max_frame = max_frame
         self.handshake_timeout = float(handshake_timeout)
+        self.connect_timeout = float(connect_timeout)
+        # Per peer: the first failed connect of an outage, then one line per back-off step,
+        # then the recovery (a down peer is retried every second, by several callers).
+        self._retries = RetryLog(log)
         self._max_queue = max_queue
         self.creation = creation if creation is not None else new_creation()
         self._addresses: dict[str, tuple[str, int]] = {}
@@ -463,9 +478,10 @@ class NetKernel(Process):
             pending = self._outgoing.get(node) or self._start_connect(node)
         if pending is None:
             return False
-        # The connector's own deadline is handshake_timeout, plus as much again if it had to
-        # wait for the peer's simultaneous connection to us.
-        pending.done.wait(self.handshake_timeout * 2 + 1.0 if timeout is None else timeout)
+        # The connector's own deadlines: connect_timeout for TCP and as much for the
+        # handshake, plus handshake_timeout if it waits for the peer's simultaneous connection.
+        longest = self.connect_timeout * 2 + self.handshake_timeout + 1.0
+        pending.done.wait(longest if timeout is None else timeout)
         return node in self._conns
 
     def disconnect(self, node: str) -> bool:
@@ -749,13 +765,15 @@ class NetKernel(Process):
 
     def _connector(self, node: str, address: tuple[str, int], pending: _Pending) -> None:
         where = format_address(*address)
-        deadline = time.monotonic() + self.handshake_timeout
         try:
-            sock = socket.create_connection(address, timeout=self.handshake_timeout)
+            sock = self._tcp_connect(address)
         except OSError as exc:
-            log.info("dist %s: cannot connect to %s at %s: %s", self.node, node, where, exc)
+            self._retries.failure(
+                node, "dist %s: cannot connect to %s at %s: %s", self.node, node, where, exc
+            )
             self._pending_failed(node, pending)
             return
+        deadline = time.monotonic() + self.connect_timeout
         try:
             stream = None
             if self._tls is not None:
@@ -766,8 +784,13 @@ class NetKernel(Process):
                     if exc.kind == "refused":
                         self._refused(node, f"cannot connect to {node} at {where}", str(exc))
                     else:
-                        log.info(
-                            "dist %s: cannot connect to %s at %s: %s", self.node, node, where, exc
+                        self._retries.failure(
+                            node,
+                            "dist %s: cannot connect to %s at %s: %s",
+                            self.node,
+                            node,
+                            where,
+                            exc,
                         )
                     self._pending_failed(node, pending)
                     return
@@ -809,13 +832,15 @@ class NetKernel(Process):
                     f"{verdict.reason} ({verdict.detail})",
                 )
             elif isinstance(verdict, Failed):
-                log.warning(
+                self._retries.failure(
+                    node,
                     "dist %s: cannot connect to %s at %s: %s (%s)",
                     self.node,
                     node,
                     where,
                     verdict.reason,
                     verdict.detail,
+                    level=logging.WARNING,
                 )
             self._pending_failed(node, pending)
         except Exception:
@@ -888,6 +913,21 @@ class NetKernel(Process):
                 where,
                 step,
             )
+
+    def _tcp_connect(self, address: tuple[str, int]) -> socket.socket:
+        """TCP connect within `connect_timeout`, sending a fresh SYN every _SYN_RETRY s
+        rather than waiting for the kernel's retransmits; raises OSError (TimeoutError when
+        no try got an answer in time)."""
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return socket.create_connection(address, timeout=max(min(_SYN_RETRY, left), 0.01))
+            except TimeoutError:
+                if deadline - time.monotonic() <= 0.01 or self._stopped.is_set():
+                    raise TimeoutError(
+                        f"no answer within {self.connect_timeout:g} s (connect_timeout)"
+                    ) from None
 
     def _pending_failed(self, node: str, pending: _Pending) -> None:
         with self._lock:
@@ -1079,7 +1119,7 @@ class NetKernel(Process):
             return NOK  # simultaneous connect: the greater name's connection wins, as Erlang
         return OK
 
-    def _publish(
+    def _publish(  # noqa: PLR0917
         self,
         sock: socket.socket,
         est: Established,
@@ -1087,7 +1127,7 @@ class NetKernel(Process):
         where: str,
         first: bytes = b"",
         stream: TlsStream | None = None,
-    ) -> Connection:  # noqa: PLR0917
+    ) -> Connection:
         """With self._lock held: make the connection live, flush what auto-connect queued,
         and tell subscribers NodeUp. The caller starts its threads."""
         conn = Connection(
@@ -1121,7 +1161,8 @@ class NetKernel(Process):
         with self._gate_lock:
             self._connect_gate.succeeded(est.node)
             self._told.pop(est.node, None)
-        log.info(
+        self._retries.success(
+            est.node,
             "dist %s: node up: %s (creation %d) %s %s%s",
             self.node,
             est.node,
@@ -1129,6 +1170,7 @@ class NetKernel(Process):
             "via" if outgoing else "from",
             where,
             f" over {stream.describe()}" if stream is not None else "",
+            always=True,
         )
         self._notify(NodeUp(est.node, est.creation))
         self._tick_wake.set()
