@@ -16,10 +16,13 @@ from __future__ import annotations
 import html
 import json
 import logging
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from monitors.tls import serve_https
 
 __all__ = ["BEETLE_KEYS", "StatusServer", "format_text"]
 
@@ -68,7 +71,8 @@ def _format_html(status: dict[str, Any]) -> str:
 
 
 class StatusServer:
-    """Serve `status()` and `initiate_master_switch()` over HTTP on (host, port)."""
+    """Serve `status()` and `initiate_master_switch()` over HTTP on (host, port), or over
+    HTTPS when `tls` (a callable returning the server SSLContext per connection) is given."""
 
     def __init__(
         self,
@@ -76,10 +80,14 @@ class StatusServer:
         port: int,
         status: Callable[[], dict[str, Any]],
         initiate_master_switch: Callable[[], bool],
+        tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         handler = _handler(status, initiate_master_switch)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
+        self.https = tls is not None
+        if tls is not None:
+            serve_https(self._server, tls, "failover status page")
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"failover-http-{port}", daemon=True
         )

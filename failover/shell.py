@@ -27,7 +27,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from monitors.effects import CancelTimer, Log, SetTimer, perform_all
 from monitors.gossip.effects import Direct, Publish
 from monitors.node_monitor.shell import NodeEvent
 from monitors.retry_log import RetryLog
+from monitors.tls import TlsContexts, TlsFiles
 from supervisors import Process
 
 __all__ = ["ConfigurationClient", "ConfigurationServer"]
@@ -321,12 +322,24 @@ class _FailoverShell(Process):
         return _RedisDone(request_id, True)
 
 
+def _tls_contexts(tls: Mapping[str, str]) -> TlsContexts:
+    """The contexts for `tls` ({certfile, keyfile, cafile}); a bad one fails at construction,
+    in the caller's thread, naming the key (TlsFileError)."""
+    missing = [k for k in ("certfile", "keyfile", "cafile") if not tls.get(k)]
+    if missing or set(tls) - {"certfile", "keyfile", "cafile"}:
+        raise ValueError(
+            f"tls: expected {{certfile, keyfile, cafile}} (paths to PEM files); got {dict(tls)!r}"
+        )
+    return TlsContexts(TlsFiles(Path(tls["certfile"]), Path(tls["keyfile"]), Path(tls["cafile"])))
+
+
 class ConfigurationServer(_FailoverShell):
     """The RCS of one failover system (Beetle's RedisConfigurationServer), supervised.
 
     `master_file`: the RCS's own record of the master, to start from after a restart.
     `http`: "host:port" of the status page (Beetle's, port 0 for any); None for none.
     `elector`: a Gossip ref to elect the active RCS among several candidates; None: active.
+    `tls`: {certfile, keyfile, cafile} (a node's `tls:` section): the status page is HTTPS.
     Other keyword options go to ConfigurationServerCore (master_retries, master_retry_interval,
     client_timeout, ...).
     """
@@ -345,6 +358,7 @@ class ConfigurationServer(_FailoverShell):
         monitor: Any = None,
         takeover_after: float | None = None,
         exchange: str = "rabbitry",
+        tls: Mapping[str, str] | None = None,
         **core_options: Any,
     ) -> None:
         server_id = core_options.pop("server_id", None) or (node or f"rcs-{system}")
@@ -355,6 +369,7 @@ class ConfigurationServer(_FailoverShell):
         self._file = RedisMasterFile(master_file, system) if master_file else None
         self._http_spec = http
         self._http: StatusServer | None = None
+        self._tls = _tls_contexts(tls) if tls is not None else None
         self._elector = elector
         self._monitor = monitor
         # a standby stands for election when no active RCS has spoken for this long (the
@@ -401,9 +416,18 @@ class ConfigurationServer(_FailoverShell):
             if not port_text.isdigit():
                 raise ValueError(f"http: expected host:port, got {self._http_spec!r}")
             host, port = host.strip("[]") or "127.0.0.1", int(port_text)  # port 0: any
-            self._http = StatusServer(host, port, self._status_from_http, self._switch_from_http)
+            self._http = StatusServer(
+                host,
+                port,
+                self._status_from_http,
+                self._switch_from_http,
+                tls=self._tls.https_server if self._tls is not None else None,
+            )
             self._http.start()
-            log.info("failover %s: status page on http://%s:%d/", self.system, *self._http.address)
+            scheme = "https" if self._tls is not None else "http"
+            log.info(
+                "failover %s: status page on %s://%s:%d/", self.system, scheme, *self._http.address
+            )
         self._perform(self.core.start(time.time()))
         if self._monitor is not None:
             monitor = self._monitor.proxy()

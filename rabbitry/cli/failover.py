@@ -111,7 +111,14 @@ def register(commands: Any) -> None:
         description="Read the RCS's status page (GET /.json) and print it.",
         formatter_class=HelpFormatter,
     )
-    status.add_argument("--http", default=DEFAULT_HTTP, help="the RCS's status page address")
+    status.add_argument(
+        "--http",
+        default=DEFAULT_HTTP,
+        help="the RCS's status page address ([https://]host:port; https:// when the RCS has tls)",
+    )
+    status.add_argument(
+        "--cacert", metavar="FILE", help="the CA file to check an HTTPS status page with"
+    )
     status.add_argument("--json", action="store_true", help="print the JSON object")
     status.set_defaults(handler=status_command, help_parser=status)
 
@@ -310,9 +317,17 @@ def _run(spec: tuple[Any, tuple, dict], name: str, ready: Any) -> int:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    url = f"http://{args.http}/.json"
+    address = args.http
+    https = address.startswith("https://") or (args.cacert and "://" not in address)
+    address = address.split("://", 1)[-1].rstrip("/")
+    url = f"{'https' if https else 'http'}://{address}/.json"
+    context = None
+    if https:
+        from monitors.tls import https_client_context
+
+        context = https_client_context(args.cacert)
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
             status = json.loads(response.read())
     except (OSError, urllib.error.URLError, ValueError) as exc:
         print(

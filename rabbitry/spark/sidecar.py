@@ -79,8 +79,14 @@ class Sidecar:
         self.data_dir = Path(self.config.data_dir)
         self.info_path = self.data_dir / INFO_FILE
         assert self.config.control is not None
+        # With `tls:` in the node template the control API is HTTPS, checked against its CA.
+        self.cafile = str(self.config.tls.cafile) if self.config.tls is not None else None
         self.client = ControlClient(
-            self.config.control.host, self.config.control.port, self.config.cookie, timeout=10.0
+            self.config.control.host,
+            self.config.control.port,
+            self.config.cookie,
+            timeout=10.0,
+            cafile=self.cafile,
         )
         self.stopping = threading.Event()
         self.root: Any = None
@@ -160,6 +166,7 @@ class Sidecar:
                 "node": self.config.node,
                 "control": f"{control.host}:{control.port}",
                 "token": control_token(self.config.cookie),
+                "cafile": self.cafile,  # set: the control API is HTTPS, checked against it
                 "master_file": self.settings.master_file,
                 "system": self.settings.system,
                 "wait_replicas": self.settings.wait_replicas,

@@ -102,8 +102,10 @@ def _request(
 
     info = _info()
     host, _, port = str(info["control"]).rpartition(":")
-    client = ControlClient(host, int(port), timeout=timeout, token=str(info["token"]))
     try:
+        client = ControlClient(
+            host, int(port), timeout=timeout, token=str(info["token"]), cafile=info.get("cafile")
+        )
         return client.request(method, path, body)
     except ControlError as exc:
         raise NodeUnavailable(f"the executor's node {info.get('node')}: {exc}") from None
