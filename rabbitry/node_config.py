@@ -268,7 +268,15 @@ class _NodeChecker(ConfigChecker):
                 at=data,
             )
         if has_inline:
-            return self._long_enough(self.string(data, "", "cookie").strip().encode(), data)
+            value = data["cookie"]
+            if not isinstance(value, str) or not value.strip():
+                self.fail(  # never show the value: it is the cluster's secret
+                    "cookie",
+                    "a non-empty string (or, better, cookie_file)",
+                    problem="`cookie:` must be a non-empty string (its value is not shown)",
+                    at=(data, "cookie"),
+                )
+            return self._long_enough(value.strip().encode(), data)
         path = Path(self.path_value(data, "", "cookie_file") or "")
         try:
             info = path.stat()

@@ -182,3 +182,20 @@ def test_two_step_ca_rotation_without_a_nodedown(tls_cluster, tmp_path):
         lines = c.proc(n).stderr()[marks[n] :]
         assert not [x for x in lines if "node down" in x], lines
         assert clients[n].status()["running"] == c.nodes
+
+
+def test_no_cookie_or_token_in_any_log_status_or_error(tls_cluster, capsys):
+    """Run last: the nodes' whole output so far (partitions, rotation, CLI errors)."""
+    from rabbitry.control import control_token
+
+    c = tls_cluster
+    secrets = [COOKIE.decode(), control_token(COOKIE)]
+    base = ["cluster", "status", "--cookie-file", str(c.root / "cookie")]
+    main([*base, "--control", _control(c, "a")])  # an error (plain HTTP to HTTPS)
+    main([*base, "--control", _control(c, "a"), "--cacert", str(c.cafile), "--json"])
+    seen = capsys.readouterr()
+    texts = [seen.out, seen.err, repr(c.client("a"))]
+    for n in c.nodes:
+        texts += c.proc(n).stdout() + c.proc(n).stderr()
+    for secret in secrets:
+        assert not [t for t in texts if secret in t], secret

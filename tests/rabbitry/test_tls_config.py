@@ -144,3 +144,11 @@ def test_a_short_cookie_is_refused_saying_how_to_make_one(tmp_path):
     text = str(info.value)
     assert "at least 16 bytes" in text and "/dev/urandom" in text
     assert "short-secret" not in text  # never the cookie itself
+
+
+def test_a_cookie_of_the_wrong_type_is_not_shown(tmp_path):
+    path = tmp_path / "node.yaml"
+    path.write_text(f"node: {NODE}\nlisten: 127.0.0.1:0\ncookie: 9876543210123456789\n")
+    with pytest.raises(NodeConfigError) as info:
+        load_node_config(path)
+    assert "cookie" in str(info.value) and "9876543210123456789" not in str(info.value)
