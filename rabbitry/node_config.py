@@ -36,7 +36,7 @@ from supervisors import ConfigChecker, ConfigError, TreeSpec, load_tree, read_co
 from supervisors.config_check import join, show, typed
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]+@[A-Za-z0-9_.:-]+$")
-BUS_SCHEMES = ("memory", "redis", "amqp")
+BUS_SCHEMES = ("memory", "redis", "amqp", "rediss", "amqps")
 _KEYS = (
     "node",
     "listen",
@@ -387,7 +387,8 @@ class _NodeChecker(ConfigChecker):
         if scheme not in BUS_SCHEMES:
             self.fail(
                 "bus",
-                "a bus URL: memory://, redis://host:port/db or amqp://user:pass@host:port/vhost",
+                "a bus URL: memory://, redis://host:port/db or amqp://user:pass@host:port/vhost "
+                "(rediss:// and amqps:// for TLS)",
                 show(url),
                 at=(data, "bus"),
             )

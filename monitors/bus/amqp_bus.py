@@ -141,6 +141,12 @@ class AmqpBus(Bus):
             stack_timeout=timeout * 2,
             connection_attempts=1,
             client_properties={"connection_name": f"rabbitry-bus {self.exchange} {self.node}"},
+            # amqps://: pika's own TLS, verifying the broker's certificate and host name
+            ssl_options=(
+                pika.SSLOptions(self.url.ssl_context(), server_hostname=self.url.host)
+                if self.url.tls
+                else None
+            ),
         )
         self._conn = conn = pika.BlockingConnection(params)
         channel = conn.channel()

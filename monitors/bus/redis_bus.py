@@ -68,7 +68,18 @@ class RedisBus(Bus):
 
     def _client(self, timeout: float = 5.0) -> redis.Redis:
         """A fresh client with redis-py's retries off; timeouts bound every blocking call."""
+        tls: dict[str, Any] = {}
+        if self.url.tls:  # rediss://: redis-py's own TLS, verifying the server and its name
+            tls = {
+                "ssl": True,
+                "ssl_cert_reqs": "required",
+                "ssl_check_hostname": True,
+                "ssl_ca_certs": self.url.cafile,
+                "ssl_certfile": self.url.certfile,
+                "ssl_keyfile": self.url.keyfile,
+            }
         return redis.Redis(
+            **tls,
             host=self.url.host,
             port=self.url.port,
             db=self.url.db,

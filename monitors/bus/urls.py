@@ -3,13 +3,18 @@ and the accepted forms in the message rather than as a socket error later."""
 
 from __future__ import annotations
 
+import ssl
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ACCEPTED = (
     "memory://[name], redis://[[user]:password@]host[:port][/db] or "
-    "amqp://[user:password@]host[:port][/vhost] (vhost URL-encoded: %2F is '/')"
+    "amqp://[user:password@]host[:port][/vhost] (vhost URL-encoded: %2F is '/'); "
+    "rediss:// and amqps:// for TLS, with ?cafile=..&certfile=..&keyfile=.."
 )
+# The query parameters a TLS URL takes: the CA to check the broker with (default: the system's)
+# and a client certificate and key, for a broker that asks for one.
+TLS_PARAMS = ("cafile", "certfile", "keyfile")
 
 
 @dataclass(frozen=True)
@@ -21,23 +26,57 @@ class BusURL:
     port: int = 0
     db: int = 0
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     vhost: str = "/"
     name: str = ""
+    tls: bool = False  # rediss:// or amqps://
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
 
     def redacted(self) -> str:
         """The URL without its password, for logs and errors."""
         if self.scheme == "memory":
             return f"memory://{self.name}"
         user = f"{self.username or ''}:***@" if self.password is not None else ""
+        scheme = self.scheme + ("s" if self.tls else "")
+        query = urllib.parse.urlencode(
+            [(k, getattr(self, k)) for k in TLS_PARAMS if getattr(self, k) is not None]
+        )
+        query = f"?{query}" if query else ""
         if self.scheme == "redis":
-            return f"redis://{user}{self.host}:{self.port}/{self.db}"
+            return f"{scheme}://{user}{self.host}:{self.port}/{self.db}{query}"
         vhost = urllib.parse.quote(self.vhost, safe="")
-        return f"amqp://{user}{self.host}:{self.port}/{vhost}"
+        return f"{scheme}://{user}{self.host}:{self.port}/{vhost}{query}"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client context for a TLS URL: the broker's certificate checked against
+        `cafile` (or the system's CAs) and its host name; our certificate if given."""
+        ctx = ssl.create_default_context(cafile=self.cafile)
+        if self.certfile is not None:
+            ctx.load_cert_chain(self.certfile, self.keyfile)
+        return ctx
 
 
 def _bad(url: str, why: str) -> ValueError:
     return ValueError(f"bad bus URL {url!r}: {why}; accepted forms: {ACCEPTED}")
+
+
+def _tls_params(url: str, query: str) -> dict[str, str]:
+    try:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise _bad(url, f"bad query string ({exc})") from None
+    files: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in TLS_PARAMS or key in files or not value:
+            raise _bad(
+                url, f"a TLS URL takes each of {', '.join(TLS_PARAMS)} once, as a path; got {key!r}"
+            )
+        files[key] = value
+    if ("certfile" in files) != ("keyfile" in files):
+        raise _bad(url, "certfile and keyfile go together")
+    return files
 
 
 def parse_bus_url(url: str) -> BusURL:
@@ -53,8 +92,12 @@ def parse_bus_url(url: str) -> BusURL:
     scheme = parts.scheme.lower()
     if "://" not in url:
         raise _bad(shown, "no scheme")
-    if parts.query or parts.fragment:
-        raise _bad(shown, "query strings and fragments are not supported")
+    tls = scheme in ("rediss", "amqps")
+    if tls:
+        scheme = scheme[:-1]
+    if parts.fragment or (parts.query and not tls):
+        raise _bad(shown, "query strings (but a TLS URL's) and fragments are not supported")
+    files = _tls_params(shown, parts.query)
     username = urllib.parse.unquote(parts.username) if parts.username else None
     password = urllib.parse.unquote(parts.password) if parts.password is not None else None
     if scheme == "memory":
@@ -74,6 +117,8 @@ def parse_bus_url(url: str) -> BusURL:
             int(path or 0),
             username=username or None,
             password=password,
+            tls=tls,
+            **files,
         )
     if scheme == "amqp":
         if not parts.hostname:
@@ -85,9 +130,12 @@ def parse_bus_url(url: str) -> BusURL:
         return BusURL(
             "amqp",
             parts.hostname,
-            port or 5672,
+            port or (5671 if tls else 5672),
             username=username or "guest",
             password=password if password is not None else "guest",
             vhost=vhost,
+            tls=tls,
+            **files,
         )
+
     raise _bad(shown, f"unknown scheme {parts.scheme!r}" if parts.scheme else "no scheme")
