@@ -1,6 +1,7 @@
 """Layer 1: Erlang/OTP supervision on pykka.
 
-Process (links, monitors, exit signals), Supervisor, ChildSpec, OsProcess and supervision-tree
+Process (links, monitors, exit signals), PooledProcess (the same on a shared thread pool),
+Supervisor, ChildSpec, OsProcess and supervision-tree
 config files. This package imports nothing else of rabbitry's.
 """
 
@@ -22,6 +23,8 @@ from supervisors.errors import (
 )
 from supervisors.messages import Down, Exit
 from supervisors.osprocess import OsProcess, OsProcessExited, OsProcessStartError
+from supervisors.pool import configure_pool, pool_settings, stop_pool
+from supervisors.pooled import PooledProcess
 from supervisors.process import Ignore, Process, current_process, exit, exit_reason, processes
 from supervisors.reasons import format_reason
 from supervisors.report import add_listener as add_report_listener
@@ -46,6 +49,7 @@ __all__ = [
     "OsProcess",
     "OsProcessExited",
     "OsProcessStartError",
+    "PooledProcess",
     "Process",
     "Restarting",
     "Running",
@@ -57,6 +61,7 @@ __all__ = [
     "TreeConfigError",
     "TreeSpec",
     "add_report_listener",
+    "configure_pool",
     "current_process",
     "exit",
     "exit_reason",
@@ -64,8 +69,10 @@ __all__ = [
     "format_tree",
     "load_tree",
     "parse_duration",
+    "pool_settings",
     "processes",
     "read_config_file",
     "remove_report_listener",
     "start_tree",
+    "stop_pool",
 ]

@@ -160,16 +160,21 @@ class Process(pykka.ThreadingActor):
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         super().__init__()
+        self._sv_init(threading.Event(), threading.Event())
+
+    def _sv_init(self, started: Any, finished: Any) -> None:
+        """The supervision state; `started` and `finished` are Event-like (set/is_set/wait)."""
         self._sv_lock = threading.Lock()
         self._sv_reason: Reason = _ALIVE
         self._sv_links: dict[str, ActorRef[Any]] = {}
         self._sv_watchers: dict[int, ActorRef[Any]] = {}
         self._sv_monitoring: dict[int, Any] = {}
         self._sv_current: Any = None
-        self._sv_started = threading.Event()
-        self._sv_finished = threading.Event()
+        self._sv_started = started
+        self._sv_finished = finished
         self._sv_start_error: BaseException | None = None
-        self._sv_timers: set[threading.Timer] = set()
+        # Made on the first send_after: most processes never set a timer.
+        self._sv_timers: set[threading.Timer] | None = None
         # The parent is whoever links us at start (start_link, a supervisor); an unlinked
         # start() has none, as an unlinked gen_server is its own parent in OTP.
         self._sv_parent_urn: str | None = None
@@ -207,7 +212,7 @@ class Process(pykka.ThreadingActor):
     @classmethod
     def _sv_spawn(cls, args: tuple, kwargs: dict, link_to: Process | None) -> Any:
         obj = cls(*args, **kwargs)
-        if not isinstance(getattr(obj, "_sv_started", None), threading.Event):
+        if getattr(obj, "_sv_started", None) is None:
             raise TypeError(
                 f"{cls.__name__}.__init__ did not call super().__init__(); Process needs it"
             )
@@ -218,7 +223,7 @@ class Process(pykka.ThreadingActor):
             with link_to._sv_lock:
                 link_to._sv_links[obj.actor_urn] = obj.actor_ref
         obj._start_actor_loop()
-        if cls.on_start is not pykka.Actor.on_start:
+        if cls.on_start is not pykka.Actor.on_start and not obj._sv_started.is_set():
             # Without an on_start of its own there is nothing that could fail or that the caller
             # must wait for; skipping this second thread handshake halves the start cost.
             obj._sv_started.wait()
@@ -296,6 +301,8 @@ class Process(pykka.ThreadingActor):
         with self._sv_lock:
             if self._sv_reason is not _ALIVE:
                 return timer  # never started: the process has ended
+            if self._sv_timers is None:
+                self._sv_timers = set()
             self._sv_timers.add(timer)
         timer.start()
         return timer
@@ -304,11 +311,13 @@ class Process(pykka.ThreadingActor):
         """Call off a timer from `send_after` (Erlang's erlang:cancel_timer/1)."""
         timer.cancel()
         with self._sv_lock:
-            self._sv_timers.discard(timer)
+            if self._sv_timers is not None:
+                self._sv_timers.discard(timer)
 
     def _sv_timer_fired(self, timer: threading.Timer, message: Any) -> None:
         with self._sv_lock:
-            self._sv_timers.discard(timer)
+            if self._sv_timers is not None:
+                self._sv_timers.discard(timer)
         self._sv_tell_self(message)
 
     def on_kill(self) -> None:
@@ -384,21 +393,28 @@ class Process(pykka.ThreadingActor):
 
     def _actor_loop(self) -> None:
         _local.process = self
+        if self._sv_begin():
+            inbox = self.actor_inbox
+            while self._sv_handle(inbox.get()):
+                pass
+
+    def _sv_begin(self) -> bool:
+        """Run `on_start()` in the process's context; False if the process did not start."""
         try:
             self.on_start()
         except _SelfExit as exc:
             self._sv_start_failed(
                 Ignore() if exc.reason == NORMAL else _StartExit(exc.reason), exc.reason
             )
-            return
+            return False
         except Ignore as exc:
             self._sv_start_failed(exc, NORMAL)
-            return
+            return False
         except BaseException as exc:
             self._sv_start_failed(exc, exc)
-            return
+            return False
         self._sv_started.set()
-        self._sv_run()
+        return True
 
     def _sv_start_failed(self, error: BaseException, reason: Reason) -> None:
         self._sv_start_error = error
@@ -413,54 +429,53 @@ class Process(pykka.ThreadingActor):
         self._sv_terminate(reason)
         self._sv_started.set()
 
-    def _sv_run(self) -> None:
-        inbox = self.actor_inbox
-        while True:
-            envelope = inbox.get()
-            if self._sv_reason is not _ALIVE:
-                return
-            if type(envelope) is _ExitSignal:
-                if not self.trap_exit:
-                    self._sv_finish(envelope.reason)
-                    return
-                # Started trapping after the signal was queued: hand it over as a message.
-                message, reply_to = Exit(envelope.sender, envelope.reason), None
+    def _sv_handle(self, envelope: Any) -> bool:
+        """Handle one envelope from the mailbox; False once the process has ended."""
+        if self._sv_reason is not _ALIVE:
+            return False
+        if type(envelope) is _ExitSignal:
+            if not self.trap_exit:
+                self._sv_finish(envelope.reason)
+                return False
+            # Started trapping after the signal was queued: hand it over as a message.
+            message, reply_to = Exit(envelope.sender, envelope.reason), None
+        else:
+            message, reply_to = envelope.message, envelope.reply_to
+        if isinstance(message, _ActorStop):
+            self._sv_finish(NORMAL)
+            if reply_to is not None:
+                reply_to.set(None)
+            return False
+        if reply_to is not None:
+            with self._sv_lock:
+                if self._sv_reason is not _ALIVE:
+                    return False
+                self._sv_current = envelope
+        try:
+            result = self._sv_dispatch(message)
+        except _SelfExit as exc:
+            self._sv_fail_reply(
+                envelope, reply_to, f"exited with reason {format_reason(exc.reason)}"
+            )
+            self._sv_finish(exc.reason)
+            return False
+        except CallerError:
+            if reply_to is not None:
+                self._sv_reply(envelope, reply_to, None, sys.exc_info())
             else:
-                message, reply_to = envelope.message, envelope.reply_to
-            if isinstance(message, _ActorStop):
-                self._sv_finish(NORMAL)
-                if reply_to is not None:
-                    reply_to.set(None)
-                return
-            if reply_to is not None:
-                with self._sv_lock:
-                    if self._sv_reason is not _ALIVE:
-                        return
-                    self._sv_current = envelope
-            try:
-                result = self._sv_dispatch(message)
-            except _SelfExit as exc:
-                self._sv_fail_reply(
-                    envelope, reply_to, f"exited with reason {format_reason(exc.reason)}"
+                log.warning(
+                    "%s: error from a told message, nobody to reply to", self, exc_info=True
                 )
-                self._sv_finish(exc.reason)
-                return
-            except CallerError:
-                if reply_to is not None:
-                    self._sv_reply(envelope, reply_to, None, sys.exc_info())
-                else:
-                    log.warning(
-                        "%s: error from a told message, nobody to reply to", self, exc_info=True
-                    )
-                continue
-            except BaseException as exc:
-                exc_info = sys.exc_info()
-                if reply_to is not None:
-                    self._sv_reply(envelope, reply_to, None, exc_info)
-                self._sv_crash(exc, exc_info)
-                return
+            return True
+        except BaseException as exc:
+            exc_info = sys.exc_info()
             if reply_to is not None:
-                self._sv_reply(envelope, reply_to, result, None)
+                self._sv_reply(envelope, reply_to, None, exc_info)
+            self._sv_crash(exc, exc_info)
+            return False
+        if reply_to is not None:
+            self._sv_reply(envelope, reply_to, result, None)
+        return True
 
     def _sv_dispatch(self, message: Any) -> Any:
         if type(message) is Down and self._sv_monitoring.pop(message.monitor_id, None) is None:
@@ -520,8 +535,8 @@ class Process(pykka.ThreadingActor):
             self._sv_monitoring.clear()
             current = self._sv_current
             self._sv_current = None
-            timers, self._sv_timers = self._sv_timers, set()
-        for timer in timers:
+            timers, self._sv_timers = self._sv_timers, None
+        for timer in timers or ():
             timer.cancel()
         self.actor_stopped.set()
         _REGISTRY.pop(self.actor_urn, None)

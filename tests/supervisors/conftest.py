@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import types
 from collections.abc import Callable, Iterator
 
 import pykka
 import pytest
 
-from supervisors import exit, processes
+from supervisors import PooledProcess, Process, exit, processes
+from tests.supervisors import helpers
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +69,59 @@ def gate() -> Iterator[Callable[[], threading.Event]]:
     yield make
     for event in made:
         event.set()
+
+
+# ------------------------------------------------------------- both kinds of process
+
+KINDS = {"Process": Process, "PooledProcess": PooledProcess}
+_BASES = ((Process,), (PooledProcess,))
+
+
+def _set_kind(module: types.ModuleType, kind: type[Process]) -> None:
+    """Make the module's (and helpers') processes of `kind`: every class defined directly on
+    Process (Worker, the tests' own) gets `kind` as its base, and the name `Process` in the
+    module is bound to `kind`, so classes defined inside a test function follow too. The
+    test's Probe stays a Process: it is the test case process, as in OTP."""
+    for mod in (module, helpers):
+        if getattr(mod, "Process", None) in KINDS.values():
+            mod.Process = kind  # type: ignore[attr-defined]
+        for value in list(vars(mod).values()):
+            if (
+                isinstance(value, type)
+                and value.__module__ == mod.__name__
+                and value.__bases__ in _BASES
+                and value is not helpers._ProbeProcess
+            ):
+                value.__bases__ = (kind,)
+
+
+@pytest.fixture(params=list(KINDS))
+def process_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test once with its processes on threads of their own and once on the pool.
+
+    Use it with `pytestmark = pytest.mark.usefixtures("process_kind")`. A test marked
+    `one_kind` runs with Process only: its subject is the supervisor's clock, not the child.
+    """
+    _set_kind(request.module, KINDS[request.param])
+    yield request.param
+    _stop_everything()  # while the classes still have the base their objects were made with
+    _set_kind(request.module, Process)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Drop the PooledProcess run of tests marked `one_kind`."""
+    items[:] = [
+        item
+        for item in items
+        if not (
+            item.get_closest_marker("one_kind")
+            and getattr(getattr(item, "callspec", None), "params", {}).get("process_kind")
+            == "PooledProcess"
+        )
+    ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "one_kind: run with Process only, not parametrized over PooledProcess"
+    )

@@ -33,6 +33,7 @@ from supervisors import (
     exit,
     exit_reason,
 )
+from supervisors.pool import the_pool
 from tests.waiting import wait_until
 
 TIMEOUT = 10.0  # seconds; only ever reached when something hung
@@ -286,6 +287,25 @@ def worker_ref(recorder: Recorder, name: Any, nth: int = -1) -> ActorRef[Any]:
 def worker_thread(recorder: Recorder, name: Any, nth: int = -1) -> threading.Thread:
     threads = [ev[1] for ev in recorder.events(name) if isinstance(ev, tuple) and ev[0] == "thread"]
     return threads[nth]
+
+
+def wait_released(recorder: Recorder, name: Any) -> None:
+    """Wait until an abandoned (killed) worker's blocked handler has returned and its thread
+    is free: a Process's own thread has ended; a PooledProcess's pool thread has moved on."""
+    thread = worker_thread(recorder, name)
+    recorder.wait_for(lambda: "unblocked" in recorder.events(name), f"{name}'s handler to return")
+    if thread.name.startswith("supervisors-pool-"):
+        ref = worker_ref(recorder, name)
+        wait_until(lambda: not pool_holds(ref), f"the pool thread to let go of {name}")
+    else:
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+
+
+def pool_holds(ref: ActorRef[Any]) -> bool:
+    """Whether a pool thread is running a turn of `ref`'s process now."""
+    slots = list(the_pool()._slots)
+    return any(getattr(slot.proc, "actor_urn", None) == ref.actor_urn for slot in slots)
 
 
 def spec(

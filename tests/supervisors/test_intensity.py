@@ -7,12 +7,15 @@ import logging
 import threading
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pykka import ActorDeadError
 
 from supervisors import ChildSpec, Process, Supervisor, SupFlags, exit_reason
 from supervisors.intensity import RestartIntensity
+
+pytestmark = pytest.mark.usefixtures("process_kind")
 
 intensities = st.integers(min_value=0, max_value=6)
 periods = st.floats(min_value=0.01, max_value=10.0, allow_nan=False, allow_infinity=False)
@@ -35,6 +38,7 @@ def _oracle_allows(accepted: list[float], now: float, intensity: int, period: fl
     return len(in_window) + 1 <= intensity
 
 
+@pytest.mark.one_kind  # RestartIntensity alone: no process involved
 @given(intensities, periods, gaps)
 def test_agrees_with_brute_force_oracle(
     intensity: int, period: float, gap_list: list[float]
@@ -49,6 +53,7 @@ def test_agrees_with_brute_force_oracle(
         accepted.append(now)
 
 
+@pytest.mark.one_kind  # RestartIntensity alone: no process involved
 @given(intensities, periods, gaps)
 def test_never_more_than_intensity_within_period(
     intensity: int, period: float, gap_list: list[float]
@@ -63,6 +68,7 @@ def test_never_more_than_intensity_within_period(
         assert sum(1 for u in accepted if t - period <= u <= t) <= intensity
 
 
+@pytest.mark.one_kind  # RestartIntensity alone: no process involved
 @given(st.integers(min_value=1, max_value=5), periods)
 def test_crashes_spaced_wider_than_period_never_give_up(intensity: int, period: float) -> None:
     tracker = RestartIntensity(intensity, period)
@@ -72,6 +78,7 @@ def test_crashes_spaced_wider_than_period_never_give_up(intensity: int, period: 
         assert tracker.add_restart(now)
 
 
+@pytest.mark.one_kind  # RestartIntensity alone: no process involved
 def test_float_period_is_not_rounded() -> None:
     # OTP rounds to whole seconds, so intensity 1 / period 1 would count 1.2 s apart crashes
     # as "within one second" when they straddle a second boundary; we do not.

@@ -10,6 +10,8 @@ from supervisors import ChildSpec, Exit, Process, Supervisor, SupFlags
 
 from .helpers import Probe, Recorder, spec, wait_dead
 
+pytestmark = pytest.mark.usefixtures("process_kind")
+
 
 def test_temporary_static_child_keeps_no_start_args() -> None:
     recorder = Recorder()

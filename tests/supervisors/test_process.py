@@ -36,9 +36,11 @@ from tests.supervisors.helpers import (
     Sup,
     Worker,
     wait_dead,
+    wait_released,
     wait_until,
-    worker_thread,
 )
+
+pytestmark = pytest.mark.usefixtures("process_kind")
 
 
 class NoSuchThing(CallerError):
@@ -251,9 +253,7 @@ def test_kill_cannot_be_trapped_and_drops_the_mailbox() -> None:
 
     # Let the abandoned handler return: its reply is discarded, on_stop never runs.
     gate.set()
-    worker_thread(rec, "w").join(TIMEOUT)
-    assert not worker_thread(rec, "w").is_alive()
-    assert "unblocked" in rec.events("w")
+    wait_released(rec, "w")
     with pytest.raises(ActorDeadError):
         busy.get(timeout=TIMEOUT)
     assert "stop" not in rec.events("w")
@@ -430,8 +430,7 @@ def test_stuck_process_that_is_killed_is_abandoned() -> None:
         stuck.get(timeout=TIMEOUT)
 
     gate.set()
-    worker_thread(rec, "w").join(TIMEOUT)
-    assert "unblocked" in rec.events("w")
+    wait_released(rec, "w")
     with pytest.raises(ActorDeadError):
         stuck.get(timeout=TIMEOUT)  # the late "unblocked" reply was discarded
     assert exit_reason(w) == "killed"
@@ -535,7 +534,7 @@ class _Timed(Process):
             self.cancel_timer(message[1])
             return None
         if message == "pending":
-            return len(self._sv_timers)
+            return len(self._sv_timers or ())
         self.got.append(message)
         return None
 

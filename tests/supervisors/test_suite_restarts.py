@@ -40,6 +40,8 @@ from tests.supervisors.helpers import (
     worker_ref,
 )
 
+pytestmark = pytest.mark.usefixtures("process_kind")
+
 FLAGS = SupFlags("one_for_one", 2, 3600)
 SIMPLE = SupFlags("simple_one_for_one", 2, 3600)
 
@@ -422,6 +424,7 @@ def test_simple_one_for_one_restart_ignore(restart: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.one_kind
 def test_multiple_restarts() -> None:
     """Intensity 1 in 1 s: crashes 1.2 s apart are survived. OTP rounds restart times to whole
     seconds (and its SUITE waits 2.1 s); the contract keeps float seconds."""

@@ -19,6 +19,8 @@ import pytest
 from supervisors import ChildSpec, InvalidChildSpec, Supervisor, SupFlags
 from tests.supervisors.helpers import Probe, Sup, is_ref, spec
 
+pytestmark = pytest.mark.usefixtures("process_kind")
+
 MODES = ["never", "any_significant", "all_significant"]
 
 

@@ -53,6 +53,8 @@ from tests.supervisors.helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.usefixtures("process_kind")
+
 FLAGS = SupFlags("one_for_one", 2, 3600)
 SIMPLE = SupFlags("simple_one_for_one", 2, 3600)
 
@@ -737,6 +739,7 @@ def test_get_childspec() -> None:
 # ------------------------------------------------------------------ temporary children
 
 
+@pytest.mark.one_kind  # the supervisor's bookkeeping; gc.collect() makes it slow
 def test_do_not_save_start_parameters_for_temporary_children() -> None:
     """A supervisor keeps a child's start args only while it may restart the child."""
 
