@@ -39,7 +39,7 @@ from rabbitry.control import Conflict, ControlServer
 from rabbitry.node_config import NodeConfig
 from rabbitry.node_files import describe, node_run_dir, with_run_dir
 from rabbitry.observe import MetricsServer, NodeObserver, Observations
-from supervisors import ChildSpec, Process, Supervisor, SupFlags
+from supervisors import ChildSpec, Process, Supervisor, SupFlags, stop_pool
 
 log = logging.getLogger("rabbitry.node")
 
@@ -182,6 +182,7 @@ class Node:
         if self.root is not None and self.root.is_alive():
             self.root.stop()
         self.observations.detach()
+        stop_pool(if_unused=True)  # the PooledProcess worker threads, unless others use them
         if _current is self:
             _current = None
 

@@ -42,6 +42,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from supervisors.process import _REGISTRY
+
 log = logging.getLogger("supervisors.pool")
 
 _STOP: Any = object()
@@ -349,11 +351,17 @@ def pool_settings() -> PoolSettings:
     return _settings
 
 
-def stop_pool(timeout: float = 5.0) -> bool:
+def stop_pool(timeout: float = 5.0, *, if_unused: bool = False) -> bool:
     """Stop the pool's threads after the queued turns (a node does this when it stops).
 
-    The pool starts again by itself when a PooledProcess next gets a message. Returns False if
-    a worker was still busy (blocked in a handler) after `timeout` seconds.
+    The pool starts again by itself when a PooledProcess next gets a message. With
+    `if_unused`, nothing happens while any PooledProcess is alive (another node in the same
+    interpreter may still use the pool). Returns False if a worker was still busy (blocked in
+    a handler) after `timeout` seconds.
     """
     pool = _pool
-    return True if pool is None else pool.stop(timeout)
+    if pool is None or not pool.running:
+        return True
+    if if_unused and any(hasattr(proc, "_sv_turn") for proc in list(_REGISTRY.values())):
+        return True
+    return pool.stop(timeout)

@@ -171,9 +171,13 @@ class PooledProcess(Process):
     def _create_actor_inbox() -> Any:  # type: ignore[override]
         raise TypeError("a PooledProcess makes its mailbox in __init__")
 
+    @classmethod
+    def _sv_spawn(cls, args: tuple, kwargs: dict, link_to: Process | None) -> Any:
+        _pool.check_positive(f"{cls.__qualname__}.throughput", cls.throughput, integer=True)
+        return super()._sv_spawn(args, kwargs, link_to)
+
     def _start_actor_loop(self) -> None:
         """Schedule the first turn (on_start), or nothing if the class has no on_start."""
-        _pool.check_positive(f"{type(self).__qualname__}.throughput", self.throughput, integer=True)
         inbox = self.actor_inbox
         if type(self).on_start is pykka.Actor.on_start:
             self._sv_starting = False
