@@ -125,6 +125,7 @@ class Pool:
                 return
             self._running = True
             self._stopping = False
+            self._saturated_logged = False
             self._wake.clear()
             for _ in range(self.settings.size):
                 self._add_worker(extra=False)
@@ -242,15 +243,16 @@ class Pool:
             self._grow(busy)
 
     def _grow(self, busy: list[tuple[_Slot, Any, float]]) -> None:
-        with self._lock:
-            if self._stopping or len(self._slots) >= self.settings.max_size:
-                full = True
-            else:
-                self._add_worker(extra=True)
-                full = False
-        if self._saturated_logged:
-            return
-        self._saturated_logged = True
+        full = len(self._slots) >= self.settings.max_size
+        if not self._saturated_logged:  # logged before the thread is added, as decided
+            self._saturated_logged = True
+            self._log_saturation(busy, full)
+        if not full:
+            with self._lock:
+                if not self._stopping and len(self._slots) < self.settings.max_size:
+                    self._add_worker(extra=True)
+
+    def _log_saturation(self, busy: list[tuple[_Slot, Any, float]], full: bool) -> None:
         holders = ", ".join(f"{proc} ({held:.2f}s)" for _, proc, held in busy)
         if full:
             log.warning(

@@ -307,7 +307,7 @@ def test_an_always_busy_process_does_not_starve_others(small_pool: None) -> None
     spinners = [Spinner.start() for _ in range(4)]  # more spinners than threads
     for spinner in spinners:
         spinner.tell("spin")
-    others = [Echo.start() for _ in range(20)]
+    others = [Echo.start() for _ in range(5)]
     for i, ref in enumerate(others):
         assert ref.ask(i, timeout=TIMEOUT) == i
     for spinner in spinners:
@@ -331,7 +331,7 @@ def test_all_threads_blocked_grows_the_pool_and_logs_the_holders_once(
         assert [ref.ask(i, timeout=TIMEOUT) for i, ref in enumerate(waiting)] == [0, 1, 2]
         assert the_pool().threads > 2
         grow = [r for r in caplog.records if "all 2 threads busy" in r.getMessage()]
-        assert len(grow) == 1, "logged once per saturation"
+        assert len(grow) == 1, ("logged once per saturation", [r.getMessage()[:80] for r in caplog.records])
         for ref in blockers:
             assert str(ref.actor_urn) in grow[0].getMessage()
     finally:
