@@ -225,7 +225,7 @@ class _NodeChecker(ConfigChecker):
             gossip=self.gossip(data),
             mnesia=self.mnesia(data),
             tls=tls,
-            metrics=self.metrics(data),
+            metrics=self.metrics(data, tls is not None),
             file=Path(self.file),
         )
 
@@ -409,12 +409,23 @@ class _NodeChecker(ConfigChecker):
             )
         return address
 
-    def metrics(self, data: dict) -> Address | None:
-        """Any address of this host (loopback unless the config names another), unlike
-        `control:`: the endpoint is read-only and carries no secret."""
+    def metrics(self, data: dict, tls: bool = False) -> Address | None:
+        """Loopback without `tls:`, any address with it (issue 16): the endpoint is read-only
+        and carries no secret, but what it says about the cluster is for operators only, so
+        it leaves the host only as HTTPS."""
         if "metrics" not in data:
             return None
-        return self.address(data["metrics"], "metrics", data)
+        address = self.address(data["metrics"], "metrics", data)
+        if not tls and not _is_loopback(address.host):
+            self.fail(
+                "metrics",
+                "a loopback address (127.0.0.1, ::1 or localhost): without `tls:` metrics are "
+                "plain HTTP and local-only; add a `tls:` section (certfile, keyfile, cafile; "
+                "`rabbitry tls gen` makes them) to serve them over HTTPS on any address",
+                show(data["metrics"]),
+                at=(data, "metrics"),
+            )
+        return address
 
     def tree(self, data: dict) -> TreeSpec | None:
         tree_path = self.path_value(data, "", "tree")

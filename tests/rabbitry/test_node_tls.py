@@ -8,10 +8,13 @@ import os
 import signal
 import socket
 import ssl
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from monitors.tls import https_client_context
 from rabbitry.cli import main
 from rabbitry.control import ControlClient
 from rabbitry.testing.cluster import (
@@ -34,7 +37,9 @@ def tls_cluster(tmp_path_factory) -> Cluster:
         pytest.skip("no `python -m rabbitry faultproxy` and no $TOXIPROXY_URL")
     factory = ClusterFactory(tmp_path_factory.mktemp("tls-cluster"))
     try:
-        yield factory(3, partition_handling="pause_minority", tls=True)
+        yield factory(
+            3, partition_handling="pause_minority", tls=True, config={"metrics": "127.0.0.1:0"}
+        )
     finally:
         factory.close()
 
@@ -73,6 +78,18 @@ def test_cli_over_https_and_a_wrong_cacert_says_what_to_do(tls_cluster, tmp_path
     assert main([*base, "--control", control]) == 1  # plain HTTP to an HTTPS port
     err = capsys.readouterr().err
     assert "https://" in err and "--cacert" in err
+
+
+def test_metrics_over_https(tls_cluster):
+    c = tls_cluster
+    ready = c.proc("b").wait_for(r"^READY .* metrics=(\S+):(\d+)")
+    where = f"{ready.group(1)}:{ready.group(2)}"
+    context = https_client_context(c.cafile)
+    with urllib.request.urlopen(f"https://{where}/metrics", context=context, timeout=10) as got:
+        assert b"rabbitry_identity_info" in got.read()
+    with pytest.raises(urllib.error.HTTPError) as plain:
+        urllib.request.urlopen(f"http://{where}/metrics", timeout=10)
+    assert plain.value.code == 400 and b"serves HTTPS" in plain.value.read()
 
 
 def test_partition_and_heal_over_tls_as_in_plain_mode(tls_cluster):

@@ -56,14 +56,16 @@ def test_tls_gen_writes_a_ca_and_node_files_with_private_keys(tls_dir, capsys):
 
 
 def test_a_good_tls_section_loads_and_opens_control_to_any_address(tls_dir, tmp_path):
-    config = load_node_config(_config(tmp_path, _good(tls_dir), "control: 0.0.0.0:0\n"))
+    extra = "control: 0.0.0.0:0\nmetrics: 0.0.0.0:0\n"
+    config = load_node_config(_config(tmp_path, _good(tls_dir), extra))
     assert config.tls is not None and config.tls.certfile == tls_dir / "a.pem"
-    assert str(config.control) == "0.0.0.0:0"
+    assert str(config.control) == "0.0.0.0:0" and str(config.metrics) == "0.0.0.0:0"
 
 
-def test_without_tls_control_stays_on_loopback_and_says_tls_opens_it(tmp_path):
-    with pytest.raises(NodeConfigError, match=r"control: .*add a `tls:` section"):
-        load_node_config(_config(tmp_path, None, "control: 0.0.0.0:7101\n"))
+@pytest.mark.parametrize("key", ["control", "metrics"])
+def test_without_tls_control_and_metrics_stay_on_loopback_saying_tls_opens_them(tmp_path, key):
+    with pytest.raises(NodeConfigError, match=rf"{key}: .*add a `tls:` section"):
+        load_node_config(_config(tmp_path, None, f"{key}: 0.0.0.0:7101\n"))
 
 
 def _bad_files(tls_dir: Path, tmp_path: Path) -> dict[str, tuple[dict[str, str], str, str]]:
