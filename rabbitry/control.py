@@ -10,6 +10,7 @@ Routes:
     GET  /status           the cluster status: node, all, disc, running, partitions, paused, alarms,
                            ephemeral
     POST /cluster/join     {"node": "b@h", "address": "h:7002"}   join b's cluster
+    GET  /cluster/ephemeral                                  the ephemeral members {up, down}
     POST /cluster/leave    {}                                     leave the cluster
     POST /cluster/forget   {"node": "b@h"}                        remove b from the membership
     GET  /gossip           the gossip state (needs `bus:`)
@@ -290,6 +291,11 @@ class ControlClient:
 
     def join(self, node: str, address: str) -> dict[str, Any]:
         return self._request("POST", "/cluster/join", {"node": node, "address": address})
+
+    def ephemeral(self) -> dict[str, list[str]]:
+        """The ephemeral members this node knows: {"up": [...], "down": [...]} (down ones
+        until forgotten after forget_ephemeral_after)."""
+        return self._request("GET", "/cluster/ephemeral")
 
     def leave(self) -> dict[str, Any]:
         return self._request("POST", "/cluster/leave", {})

@@ -278,8 +278,9 @@ class Node:
     def _app_held(self) -> bool:
         """Under pause_minority and pause_if_all_down the application is not started with
         the node: the node monitor starts it once this node may run (see NodeMonitorCore's
-        hold_app), so that it never runs, not even for a start-up moment, on a minority."""
-        return self.config.partition_handling.pauses
+        hold_app), so that it never runs, not even for a start-up moment, on a minority. An
+        ephemeral node holds it in every mode, until it reaches the core it follows."""
+        return self.config.partition_handling.pauses or self.config.role == "ephemeral"
 
     def _app_spec(self) -> ChildSpec:
         tree = self.config.tree
@@ -318,6 +319,8 @@ class Node:
             initial_nodes=config.cluster_nodes,
             app=AppControl(pause=self._pause_app, resume=self._resume_app),
             hold_app=self._app_held,
+            role=config.role,
+            forget_ephemeral_after=config.forget_ephemeral_after,
         )
         return self.parts.monitor
 
@@ -353,6 +356,11 @@ class Node:
         from mnesia_like import Schema
 
         if self.parts.mnesia is None:
+            if self.config.role == "ephemeral":
+                raise Conflict(
+                    "this node is ephemeral: it holds no mnesia_like copies, neither disc nor "
+                    "ram (it is forgotten when it goes); ask a core member's control API"
+                )
             raise Conflict("this node runs no store: add `mnesia: {}` to its config")
         return Schema(self.parts.mnesia)
 
@@ -370,10 +378,28 @@ class Node:
             raise ValueError('mnesia: "args" must be an object')
         from mnesia_like import MnesiaError
 
+        self._refuse_ephemeral_copies(op, args)
         try:
             return self._mnesia_op(self.mnesia, op, args)
         except MnesiaError as exc:  # the store said no: the request was fine, the moment not
             raise Conflict(f"{type(exc).__name__}: {exc}") from None
+
+    def _refuse_ephemeral_copies(self, op: Any, args: dict[str, Any]) -> None:
+        """A table copy on an ephemeral member would vanish with it: say so, by name."""
+        named: list[Any] = []
+        if op == "add_table_copy":
+            named = [args.get("node")]
+        elif op == "create_table":
+            for key in ("ram_copies", "disc_copies"):
+                value = args.get(key)
+                named += list(value) if isinstance(value, list | tuple) else []
+        bad = sorted({n for n in named if isinstance(n, str) and self._knows_ephemeral(n)})
+        if bad:
+            raise Conflict(
+                f"mnesia {op}: {', '.join(bad)} is an ephemeral member; ephemeral members hold "
+                "no mnesia_like copies (they are forgotten when they go): put copies on core "
+                "members"
+            )
 
     @staticmethod
     def _mnesia_op(db: Any, op: Any, args: dict[str, Any]) -> Any:
@@ -494,6 +520,7 @@ class Node:
             ("GET", "/mnesia"): lambda _body: self.mnesia_status(),
             ("POST", "/mnesia"): self._mnesia_call,
             ("POST", "/cluster/join"): self._join,
+            ("GET", "/cluster/ephemeral"): lambda _body: self._ephemeral(),
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,
         }
@@ -550,6 +577,10 @@ class Node:
         if not kernel.connect(peer):
             raise Conflict(f"cannot reach {peer} at {address}; is it running?")
         remote = kernel.call(peer, NodeMonitorCore.NAME, {"t": "cluster_query"}, timeout=10)
+        if remote.get("role", "core") != "core":
+            raise Conflict(f"{peer} is an ephemeral node; join a core member")
+        if self.config.role == "ephemeral":
+            return self._attach(peer, remote)
         learned = self._learned_addresses()
         for member, member_address in remote.get("addresses", {}).items():
             if member != self.config.node and member not in kernel.addresses():
@@ -571,6 +602,22 @@ class Node:
                 )
         return self.status()
 
+    def _attach(self, peer: str, remote: dict[str, Any]) -> dict[str, Any]:
+        """`rabbitry cluster join` on an ephemeral node: attach to the core `peer` belongs
+        to. The core does not learn our address (it never connects to us); only the core
+        members' addresses are kept, for the next start."""
+        kernel = self.kernel
+        learned = self._learned_addresses()
+        for member, member_address in remote.get("addresses", {}).items():
+            if member != self.config.node and member not in kernel.addresses():
+                kernel.set_address(member, member_address)
+            learned[member] = member_address
+        self._save_addresses(learned)
+        monitor = self.parts.monitor.proxy()
+        for member in sorted({peer, *remote.get("all", [])} - {self.config.node}):
+            monitor.joined_cluster(member, member in remote.get("disc", [])).get()
+        return self.status()
+
     def _leave(self, _body: dict[str, Any]) -> dict[str, Any]:
         self.parts.monitor.proxy().left_cluster(self.config.node).get()
         return self.status()
@@ -583,10 +630,20 @@ class Node:
             raise Conflict("a node cannot forget itself; use `rabbitry cluster leave`")
         if peer in self.kernel.nodes():
             raise Conflict(f"{peer} is running and connected; stop it before forgetting it")
-        if peer not in self.status()["all"]:
+        if self.config.role == "ephemeral":
+            raise Conflict("an ephemeral node keeps no membership; forget on a core member")
+        if peer not in self.status()["all"] and not self._knows_ephemeral(peer):
             raise Conflict(f"{peer} is not a member of this cluster")
         self.parts.monitor.proxy().left_cluster(peer).get()
         return self.status()
+
+    def _ephemeral(self) -> dict[str, list[str]]:
+        up, down = self.parts.monitor.proxy().ephemeral_members().get(timeout=10)
+        return {"up": up, "down": down}
+
+    def _knows_ephemeral(self, peer: str) -> bool:
+        up, down = self.parts.monitor.proxy().ephemeral_members().get(timeout=10)
+        return peer in up or peer in down
 
     def _learned_addresses(self) -> dict[str, str]:
         path = self.config.data_dir / ADDRESSES_FILE

@@ -15,6 +15,7 @@
     alarms: {memory_high_watermark: 0.4, disk_free_limit: 50MB}
     mnesia: {merge: autoheal, fsync: commit}   # optional: run the replicated store
     tls: {certfile: ./tls/a.pem, keyfile: ./tls/a-key.pem, cafile: ./tls/ca.pem}
+    role: core                         # or ephemeral: attach to the core in cluster.nodes
 
 Every mistake raises NodeConfigError naming the file, the key path and what was expected, the
 same way tree files do. Relative paths are taken from the config file's directory.
@@ -54,7 +55,10 @@ _KEYS = (
     "mnesia",
     "tls",
     "metrics",
+    "role",
 )
+ROLES = ("core", "ephemeral")
+DEFAULT_FORGET_EPHEMERAL_AFTER = 30.0
 _TLS_KEYS = ("certfile", "keyfile", "cafile")
 # A cookie is the cluster's only secret without TLS; Erlang's auto cookies fall to guessing
 # (ecosystem_security.md §3). 16 bytes of a random token is the least we accept.
@@ -171,6 +175,8 @@ class NodeConfig:
     tls: TlsFiles | None = None  # None: plain TCP dist, plain HTTP on loopback only
     metrics: Address | None = None  # None: no metrics listener
     file: Path | None = field(default=None, compare=False)
+    role: str = "core"  # or "ephemeral": peers are then the core members it attaches to
+    forget_ephemeral_after: float = DEFAULT_FORGET_EPHEMERAL_AFTER  # core nodes only
 
     @property
     def cluster_nodes(self) -> list[str]:
@@ -210,13 +216,17 @@ class _NodeChecker(ConfigChecker):
             else DEFAULT_NET_TICKTIME
         )
         tls = self.tls(data, node)
+        peers = self.peers(data, node)
+        role, forget_after = self.membership(data, node)
         return NodeConfig(
             node=node,
             listen=listen,
             cookie=cookie,
             data_dir=Path(data_dir or self.base_dir / "data" / node),
             net_ticktime=net_ticktime,
-            peers=self.peers(data, node),
+            role=role,
+            forget_ephemeral_after=forget_after,
+            peers=peers,
             partition_handling=self.partition_handling(data),
             bus=self.bus(data),
             control=self.control(data, tls is not None),
@@ -346,7 +356,7 @@ class _NodeChecker(ConfigChecker):
             return {}
         if not isinstance(cluster, dict):
             self.fail("cluster", "a mapping with `nodes`", typed(cluster), at=(data, "cluster"))
-        self.check_keys(cluster, "cluster", ("nodes",))
+        self.check_keys(cluster, "cluster", ("nodes", "forget_ephemeral_after"))
         nodes = cluster.get("nodes", {})
         if not isinstance(nodes, dict):
             self.fail(
@@ -364,6 +374,66 @@ class _NodeChecker(ConfigChecker):
             if name != node:  # listing yourself is allowed, so one list can serve every node
                 peers[name] = address
         return peers
+
+    def membership(self, data: dict, node: str) -> tuple[str, float]:
+        """`role` and `cluster.forget_ephemeral_after`, and what an ephemeral node needs: core
+        seeds in cluster.nodes, itself not among them, the listed nodes of pause_if_all_down
+        among them, and no store of its own (docs/membership.md)."""
+        role = data.get("role", "core")
+        if role not in ROLES:
+            self.fail("role", "core (the default) or ephemeral", show(role), at=(data, "role"))
+        cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
+        nodes = cluster.get("nodes") if isinstance(cluster.get("nodes"), dict) else {}
+        forget = DEFAULT_FORGET_EPHEMERAL_AFTER
+        if "forget_ephemeral_after" in cluster:
+            if role == "ephemeral":
+                self.fail(
+                    "cluster.forget_ephemeral_after",
+                    "no forget_ephemeral_after on an ephemeral node: the core nodes forget "
+                    "ephemeral members, so set it in their configs",
+                    show(cluster["forget_ephemeral_after"]),
+                    at=(cluster, "forget_ephemeral_after"),
+                )
+            forget = self.duration(cluster, "cluster", "forget_ephemeral_after", allow_zero=False)
+        if role != "ephemeral":
+            return role, forget
+        if node in nodes:
+            self.fail(
+                join("cluster.nodes", node),
+                "only core members in an ephemeral node's cluster.nodes; this node is "
+                "role: ephemeral, so it cannot also be listed as a core member",
+                show(node),
+                at=(nodes, node),
+            )
+        if not nodes:
+            self.fail(
+                "cluster.nodes",
+                "at least one core member for this ephemeral node to attach to, such as "
+                "{a@core1: core1:7001}",
+                typed(nodes) if nodes != {} else "no core member",
+                at=(data, "cluster") if "cluster" in data else data,
+            )
+        ph = data.get("partition_handling")
+        if isinstance(ph, dict) and isinstance(ph.get("pause_if_all_down"), dict):
+            listed = ph["pause_if_all_down"].get("nodes") or []
+            for i, name in enumerate(listed if isinstance(listed, list) else []):
+                if isinstance(name, str) and name not in nodes:
+                    self.fail(
+                        f"partition_handling.pause_if_all_down.nodes[{i}]",
+                        "a core member listed in cluster.nodes (an ephemeral node follows "
+                        "the core, and only core members count)",
+                        show(name),
+                    )
+        if "mnesia" in data:
+            self.fail(
+                "mnesia",
+                "no mnesia on an ephemeral node: it holds no disc copies (it is forgotten "
+                "when it goes); run the store on core members and reach it through their "
+                "control API",
+                "a mnesia section",
+                at=(data, "mnesia"),
+            )
+        return role, forget
 
     def partition_handling(self, data: dict) -> PartitionHandling:
         if "partition_handling" not in data:

@@ -354,6 +354,10 @@ class NodeMonitorCore:
             out.append(Log.info("left the cluster: now a cluster of one"))
         elif node in self._all:
             out += self._remove_member(node)
+        elif node in self._eph:  # `rabbitry cluster forget` of an ephemeral member: now
+            creation = self._eph[node]
+            out = self._forget_ephemeral(node, "forgotten by hand", now)
+            out += self._broadcast("ephemeral_left", node=node, creation=creation)
         return out + self._save() + self._settle(now)
 
     def set_alarm(self, resource: str, active: bool, now: float) -> list[Effect]:

@@ -185,6 +185,11 @@ class NodeMonitor(Process):
         assert self.core is not None
         return self.core.status()
 
+    def ephemeral_members(self) -> tuple[list[str], list[str]]:
+        """(up, down) ephemeral members this node knows; down ones until forgotten."""
+        assert self.core is not None
+        return self.core.ephemeral_members()
+
     def is_paused(self) -> bool:
         assert self.core is not None
         return self.core.paused

@@ -232,6 +232,8 @@ class Cluster:
         self._extra = dict(config or {})
         # With `tls`, `rabbitry tls gen`'s certificates in root/tls, and HTTPS control clients.
         self.cafile: Path | None = root / "tls" / "ca.pem" if tls else None
+        self.ephemeral: list[str] = []  # ephemeral nodes added by add_ephemeral
+        self._partition_handling = partition_handling
         self._configure(partition_handling, tree)
 
     # -- set-up --------------------------------------------------------------------------
@@ -242,7 +244,7 @@ class Cluster:
         cookie = root / "cookie"
         cookie.write_bytes(COOKIE)
         os.chmod(cookie, 0o600)
-        tree_path = self._tree_file(tree)
+        tree_path = self._tree_path = self._tree_file(tree)
         tls_files = {}
         if self.cafile is not None:
             from rabbitry.tls_gen import generate
@@ -251,6 +253,7 @@ class Cluster:
         with reserved_ports(2 * len(self.nodes)) as ports:
             dist = dict(zip(self.nodes, ports[: len(self.nodes)], strict=True))
             control = dict(zip(self.nodes, ports[len(self.nodes) :], strict=True))
+            self.dist_ports = dist
             for a in self.nodes:
                 for b in self.nodes:
                     if a != b:
@@ -271,8 +274,11 @@ class Cluster:
                 "tree": str(tree_path),
             }
             peers = {b: self.proxies[(a, b)] for b in self.nodes if b != a}
-            if peers:
-                config["cluster"] = {"nodes": peers}
+            extra = dict(self._extra)
+            cluster = {"nodes": peers} if peers else {}
+            cluster.update(extra.pop("cluster", None) or {})  # forget_ephemeral_after, say
+            if cluster:
+                config["cluster"] = cluster
             if a in tls_files:
                 files = tls_files[a]
                 config["tls"] = {
@@ -280,7 +286,7 @@ class Cluster:
                     "keyfile": str(files.keyfile),
                     "cafile": str(files.cafile),
                 }
-            config.update(self._extra)
+            config.update(extra)
             path = root / f"{short}.yaml"
             path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
             self._clients[a] = ControlClient(
@@ -292,6 +298,48 @@ class Cluster:
                 [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
                 cwd=str(root),
             )
+
+    def add_ephemeral(
+        self, n: int, config: dict[str, Any] | None = None, *, prefix: str = "x"
+    ) -> list[str]:
+        """Start `n` more node processes with `role: ephemeral`, attached to every core node
+        directly (no proxies), and wait for their READY lines. `config` adds keys to theirs.
+        Names go on from the ones already added: x0@127.0.0.1, x1@127.0.0.1, ..."""
+        if self.cafile is not None:
+            raise NotImplementedError("add_ephemeral makes no TLS certificates yet")
+        first = len(self.ephemeral)
+        names = [f"{prefix}{first + i}@{HOST}" for i in range(n)]
+        core = {b: f"{HOST}:{port}" for b, port in self.dist_ports.items()}
+        specs = []
+        with reserved_ports(2 * n) as ports:
+            for i, name in enumerate(names):
+                short = name.partition("@")[0]
+                data = {
+                    "node": name,
+                    "role": "ephemeral",
+                    "listen": f"{HOST}:{ports[i]}",
+                    "cookie_file": "./cookie",
+                    "data_dir": f"./data/{short}",
+                    "net_ticktime": self.net_ticktime,
+                    "partition_handling": self._partition_handling,
+                    "control": f"{HOST}:{ports[n + i]}",
+                    "tree": str(self._tree_path),
+                    "cluster": {"nodes": core},
+                    **(config or {}),
+                }
+                path = self.root / f"{short}.yaml"
+                path.write_text(json.dumps(data, indent=2) + "\n")
+                self._clients[name] = ControlClient(HOST, ports[n + i], COOKIE, timeout=5)
+                self._quick[name] = ControlClient(HOST, ports[n + i], COOKIE, timeout=1)
+                self._specs[name] = NodeSpec(
+                    short,
+                    [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
+                    cwd=str(self.root),
+                )
+                specs.append(self._specs[name])
+        self.ephemeral += names
+        self.procs.update(zip(names, self.launcher.start(*specs), strict=True))
+        return names
 
     def _tree_file(self, tree: Any) -> Path:
         if tree is None or (isinstance(tree, str) and "\n" in tree):
@@ -314,7 +362,8 @@ class Cluster:
 
     def close(self) -> None:
         """Stop every node, then delete the proxies. Safe to call twice."""
-        procs = [self.procs.pop(name) for name in reversed(self.nodes) if name in self.procs]
+        names = [*reversed(self.ephemeral), *reversed(self.nodes)]
+        procs = [self.procs.pop(name) for name in names if name in self.procs]
         for proc in procs:  # SIGTERM all first, so that they stop in parallel
             if proc.alive:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -332,7 +381,7 @@ class Cluster:
     def resolve(self, node: str) -> str:
         """The full name of `node` ("a" or "a@127.0.0.1")."""
         full = node if "@" in node else f"{node}@{HOST}"
-        if full not in self.nodes:
+        if full not in self.nodes and full not in self.ephemeral:
             raise KeyError(f"no node {node!r} in this cluster; nodes: {self.nodes}")
         return full
 

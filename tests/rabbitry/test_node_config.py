@@ -306,3 +306,82 @@ def test_mnesia_mistakes(tmp_path: Path, extra: str, key_path: str, fragment: st
         load_node_config(_write(tmp_path, _minimal(extra)))
     assert caught.value.key_path == key_path
     assert fragment in str(caught.value)
+
+
+# ---------------------------------------------------------------- role: ephemeral
+
+_CORE_SEEDS = "cluster:\n  nodes:\n    b@127.0.0.1: 127.0.0.1:7002\n"
+
+
+def test_an_ephemeral_node_and_a_core_node_with_forget_ephemeral_after(tmp_path: Path) -> None:
+    _cookie(tmp_path)
+    eph = load_node_config(_write(tmp_path, _minimal("role: ephemeral\n" + _CORE_SEEDS)))
+    assert eph.role == "ephemeral" and list(eph.peers) == ["b@127.0.0.1"]
+    body = _minimal(_CORE_SEEDS + "  forget_ephemeral_after: 5s\n")
+    core = load_node_config(_write(tmp_path, body, "core.yaml"))
+    assert core.role == "core" and core.forget_ephemeral_after == 5.0
+    assert load_node_config(_write(tmp_path, _minimal(), "d.yaml")).forget_ephemeral_after == 30
+
+
+@pytest.mark.parametrize(
+    ("body", "key_path", "fragment"),
+    [
+        (_minimal("role: hidden\n"), "role", "core (the default) or ephemeral"),
+        (
+            _minimal("role: ephemeral\n" + _CORE_SEEDS + "  forget_ephemeral_after: 5s\n"),
+            "cluster.forget_ephemeral_after",
+            "the core nodes forget ephemeral members",
+        ),
+        (_minimal("role: ephemeral\n"), "cluster.nodes", "at least one core member"),
+        (
+            _minimal("role: ephemeral\ncluster:\n  nodes:\n    a@127.0.0.1: 127.0.0.1:7001\n"),
+            "cluster.nodes.a@127.0.0.1",
+            "cannot also be listed as a core member",
+        ),
+        (
+            _minimal(
+                "role: ephemeral\n"
+                + _CORE_SEEDS
+                + "partition_handling: {pause_if_all_down: {nodes: [x@127.0.0.1]}}\n"
+            ),
+            "partition_handling.pause_if_all_down.nodes[0]",
+            "a core member listed in cluster.nodes",
+        ),
+        (
+            _minimal("role: ephemeral\n" + _CORE_SEEDS + "mnesia: {}\n"),
+            "mnesia",
+            "it holds no disc copies",
+        ),
+        (
+            _minimal(_CORE_SEEDS + "  forget_ephemeral_after: soon\n"),
+            "cluster.forget_ephemeral_after",
+            "",
+        ),
+    ],
+)
+def test_ephemeral_mistakes_name_the_key_path(
+    tmp_path: Path, body: str, key_path: str, fragment: str
+) -> None:
+    _cookie(tmp_path)
+    path = _write(tmp_path, body)
+    with pytest.raises(NodeConfigError) as caught:
+        load_node_config(path)
+    assert caught.value.key_path == key_path
+    assert fragment in str(caught.value)
+
+
+def test_node_start_exits_2_on_an_unknown_role(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    _cookie(tmp_path)
+    path = _write(tmp_path, _minimal("role: executor\n"))
+    done = subprocess.run(
+        [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "role: expected core (the default) or ephemeral; got 'executor'" in done.stderr

@@ -1,0 +1,108 @@
+"""Ephemeral members with real node processes: 3 core nodes under pause_minority and
+ephemeral nodes attached to them (docs/membership.md). One cluster serves the module.
+
+The issue's case: ephemeral nodes SIGKILLed (as YARN or an OOM killer kills executors) never
+pause the core, and the core forgets them within forget_ephemeral_after + 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from rabbitry.control import ControlError
+from rabbitry.testing.cluster import Cluster, ClusterFactory, faultproxy_available
+from tests.waiting import wait_until
+
+FORGET = 2.0  # cluster.forget_ephemeral_after on the core (30 s by default)
+CORE = ["a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"]
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if not faultproxy_available():
+        pytest.skip("no fault proxy server for the core cluster")
+    factory = ClusterFactory(tmp_path_factory.mktemp("ephemeral") / "rabbitry-cluster")
+    try:
+        yield factory(3, "pause_minority", config={"cluster": {"forget_ephemeral_after": FORGET}})
+    finally:
+        factory.close()
+
+
+def known(c: Cluster, node: str, x: str) -> bool:
+    members = c.client(node).ephemeral()
+    return x in members["up"] or x in members["down"]
+
+
+def never_paused(c: Cluster) -> None:
+    for node in CORE:
+        st = c.status(node)
+        assert not st["paused"] and st["running"] == CORE, st
+        assert not any("pausing the application" in line for line in c.proc(node).stderr())
+
+
+def test_sigkilled_ephemeral_nodes_never_pause_the_core_and_are_forgotten(core: Cluster) -> None:
+    xs = core.add_ephemeral(3)
+    for x in xs:
+        wait_until(lambda x=x: not core.status(x)["paused"], f"{x} to run", 30)
+    wait_until(lambda: core.status("a")["ephemeral"] == xs, "a to list the ephemeral nodes", 15)
+    st = core.status(xs[0])
+    assert st["all"] == CORE and st["running"] == CORE and st["ephemeral"] == [xs[0]]
+    for node in CORE:  # never members, never in the cluster files
+        st = core.status(node)
+        assert st["all"] == CORE and st["disc"] == CORE
+        files = (core.data_dir(node) / "cluster_nodes.config").read_text()
+        assert not any(x in files for x in xs)
+    for x in xs:
+        core.kill(x)
+    killed = time.monotonic()
+    pending = {(n, x) for n in CORE for x in xs}
+    while pending:  # forgotten by every core node within forget_ephemeral_after + 2 s
+        pending = {(n, x) for n, x in pending if known(core, n, x)}
+        waited = time.monotonic() - killed
+        assert not pending or waited < FORGET + 2.0, f"still known after {waited:.1f} s: {pending}"
+        time.sleep(0.05)
+    never_paused(core)
+
+
+def test_status_join_leave_and_no_store_on_an_ephemeral_node(core: Cluster) -> None:
+    # seeded with a core member that is not there: `rabbitry cluster join` attaches it
+    stale = {"cluster": {"nodes": {"z@127.0.0.1": "127.0.0.1:9"}}}
+    (x,) = core.add_ephemeral(1, stale, prefix="j")
+    assert core.status(x)["paused"]
+    core.client(x).join("a@127.0.0.1", f"127.0.0.1:{core.dist_ports['a@127.0.0.1']}")
+    wait_until(lambda: not core.status(x)["paused"], f"{x} to run after joining", 20)
+    assert set(core.status(x)["all"]) >= set(CORE)
+    wait_until(lambda: x in core.status("b")["ephemeral"], "b to see it", 10)
+    with pytest.raises(ControlError, match="ephemeral"):
+        core.client(x).mnesia_status()
+    with pytest.raises(ControlError, match="ephemeral member"):
+        core.client("a").mnesia("add_table_copy", table="t", node=x, type="disc_copies")
+    out = _rabbitry("cluster", "status", "--json", *_control(core, "a"))
+    assert x in json.loads(out)["ephemeral"]
+    # a graceful stop is a leave: forgotten at once, not after forget_ephemeral_after
+    core.proc(x).stop(10.0)
+    wait_until(lambda: not any(known(core, n, x) for n in CORE), "the leave to be heard", 1.5)
+    never_paused(core)
+
+
+def _control(c: Cluster, node: str) -> list[str]:
+    config = json.loads(c.config_file(node).read_text())
+    return ["--control", config["control"], "--cookie-file", str(c.root / "cookie")]
+
+
+def _rabbitry(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "rabbitry", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
