@@ -29,7 +29,7 @@ Decisions worth knowing before reading the code:
   graceful stop) tells the core, which forgets it at once; otherwise the core forgets it
   `forget_ephemeral_after` seconds after its links went.
 - Cut off from every core member it keeps trying each ping round, and says so in its log once
-  per back-off step (1, 2, 4 ... 60 s), not each round.
+  per back-off step (1, 2, 4 ... 60 s, monitors/retry_log.py), not each round.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp
 from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
 from monitors.node_monitor.partitions import majority
 from monitors.node_monitor.status import ClusterStatus
+from monitors.retry_log import RetryBackoff
 
 TIMER_PING = "ping_core"
 TIMER_KEEPALIVE = "keepalive"
@@ -91,9 +92,9 @@ class EphemeralMonitorCore:
         self._timers: set[str] = set()
         self._started = False
         self._left = False
-        self._alone_next: float | None = None  # when to say "cannot reach the core" again
-        self._alone_step = 1.0
-        self._alone_since: float | None = None
+        # "cannot reach the core": once per back-off step, as the dist connect loop logs
+        self._alone = RetryBackoff(max_step=ALONE_LOG_MAX)
+        self._alone_checked: float | None = None
 
     # ======================================================================= queries
 
@@ -380,25 +381,24 @@ class EphemeralMonitorCore:
         ]
 
     def _alone_log(self, now: float) -> list[Effect]:
-        """Once per back-off step while no core member is reachable."""
+        """While no core member is reachable: one line per back-off step (monitors/retry_log),
+        counted in ping rounds; then one line when the core is reached again."""
         if self._reach() or self._left:
-            if self._alone_since is not None:
-                self._alone_since, self._alone_next, self._alone_step = None, None, 1.0
-                return [Log.info("reached the core")]
+            report = self._alone.success("core", now)
+            if report is None:
+                return []
+            return [Log.info("reached the core" + report.suffix(), **report.fields())]
+        if self._alone_checked == now:
+            return []  # one attempt per instant (a ping round), however many events came
+        self._alone_checked = now
+        report = self._alone.failure("core", now)
+        if report is None:
             return []
-        if self._alone_since is None:
-            self._alone_since, self._alone_next = now, now
-        if self._alone_next is None or now < self._alone_next:
-            return []
-        self._alone_next = now + self._alone_step
-        waited = now - self._alone_since
-        self._alone_step = min(2 * self._alone_step, ALONE_LOG_MAX)
         return [
             Log.warning(
-                "ephemeral node cannot reach any core member; still trying",
+                "ephemeral node cannot reach any core member" + report.suffix(),
                 seeds=sorted(self.core_members()),
-                waited=round(waited, 1),
-                next_report_in=self._alone_step / 2,
+                **report.fields(),
             )
         ]
 
