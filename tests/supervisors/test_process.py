@@ -547,6 +547,7 @@ def test_send_after_delivers_and_cancel_timer_calls_it_off() -> None:
     wait_until(lambda: got == ["first"], "the timer's message")
     ref.ask(("cancel", late))
     assert ref.ask("pending") == 0  # fired and cancelled timers are both forgotten
+    late.join(TIMEOUT)  # a cancelled Timer's thread ends soon after, not at once
     assert not late.is_alive()
     ref.stop()
 
