@@ -29,7 +29,9 @@ class NodeObserver(Process):
         kernel = NetKernel.of(self._kernel_ref)
         kernel.monitor_nodes(self.actor_ref)  # subscribe first, then read: nothing is missed
         self.observations.connected(kernel.nodes())
-        self._monitor.proxy().subscribe(self.actor_ref).get(timeout=10)
+        # Not waited for: a monitor busy at boot (30 nodes starting on 2 cores) must not fail
+        # the node's start; its events come once it has read this.
+        self._monitor.proxy().subscribe(self.actor_ref)
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, NodeUp):

@@ -1,0 +1,146 @@
+"""Metrics scrape time (issue 17): GET /metrics of one node in clusters of 3 and 30 members.
+
+For each size it starts that many `rabbitry node start` processes (every one lists every
+other, partition_handling ignore), waits until the first sees them all running, then times
+sequential scrapes of the first node's /metrics, and, as the same-run baseline, sequential
+GET /status calls on its control API (the cheapest existing read of the same node, one actor
+ask). Then it freezes one peer (SIGSTOP, sockets open: a hung peer) and scrapes again.
+
+The goal: a scrape reads the node's own state within 100 ms, hung peers or not.
+
+Usage: python benchmarks/metrics.py [--quick] [--sizes 3,30] [--scrapes 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rabbitry.control import ControlClient
+from rabbitry.testing.cluster import reserved_ports
+from rabbitry.testing.launcher import Launcher, NodeSpec
+
+COOKIE = b"benchmark-metrics-cookie-0123456789"
+GOAL = 0.100  # seconds, p95 of a scrape
+
+
+def start_cluster(launcher: Launcher, root: Path, n: int) -> tuple[list, ControlClient, str]:
+    names = [f"n{i:02d}@127.0.0.1" for i in range(n)]
+    cookie = root / "cookie"
+    cookie.write_bytes(COOKIE)
+    os.chmod(cookie, 0o600)
+    tree = root / "app.yaml"
+    tree.write_text(
+        "supervisor:\n  children:\n    - id: idle\n      start: 'rabbitry.examples_workers:Idle'\n"
+    )
+    with reserved_ports(n + 2) as ports:
+        dist = dict(zip(names, ports[:n], strict=True))
+        control_port, metrics_port = ports[n], ports[n + 1]
+    specs = []
+    for i, name in enumerate(names):
+        config = {
+            "node": name,
+            "listen": f"127.0.0.1:{dist[name]}",
+            "cookie_file": "./cookie",
+            "data_dir": f"./data/{i}",
+            "net_ticktime": 4.0,
+            "partition_handling": "ignore",
+            "tree": str(tree),
+            "cluster": {"nodes": {p: f"127.0.0.1:{dist[p]}" for p in names if p != name}},
+        }
+        if i == 0:
+            config["control"] = f"127.0.0.1:{control_port}"
+            config["metrics"] = f"127.0.0.1:{metrics_port}"
+        path = root / f"{i}.yaml"
+        path.write_text(json.dumps(config))
+        argv = [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)]
+        argv += ["--log-level", "warning"]
+        specs.append(NodeSpec(f"n{i:02d}", argv, cwd=str(root), ready_timeout=120.0))
+    procs = launcher.start(*specs)
+    client = ControlClient("127.0.0.1", control_port, COOKIE, timeout=10)
+    deadline = time.monotonic() + 120
+    while sorted(client.status()["running"]) != names:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the {n} nodes did not form a cluster in 120 s")
+        time.sleep(0.2)
+    return procs, client, f"127.0.0.1:{metrics_port}"
+
+
+def time_scrapes(address: str, n: int) -> tuple[list[float], int]:
+    host, _, port = address.rpartition(":")
+    times, size = [], 0
+    for _ in range(n):
+        started = time.perf_counter()
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        times.append(time.perf_counter() - started)
+        assert response.status == 200
+        size = len(body)
+    return times, size
+
+
+def time_status(client: ControlClient, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        client.status()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def p(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] * 1000
+
+
+def report(label: str, scrapes: list[float], baseline: list[float], size: int) -> None:
+    ratio = statistics.median(scrapes) / statistics.median(baseline)
+    verdict = "ok" if p(scrapes, 95) <= GOAL * 1000 else "ABOVE GOAL"
+    print(
+        f"  {label:<22} scrape p50 {p(scrapes, 50):6.1f} ms  p95 {p(scrapes, 95):6.1f} ms  "
+        f"max {max(scrapes) * 1000:6.1f} ms  ({size} bytes) | baseline GET /status p50 "
+        f"{p(baseline, 50):5.1f} ms  ratio {ratio:4.1f}x | goal p95 <= 100 ms: {verdict}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 3 and 10, 50 scrapes")
+    parser.add_argument("--sizes", default="3,30", help="cluster sizes (default: 3,30)")
+    parser.add_argument("--scrapes", type=int, default=200)
+    args = parser.parse_args()
+    sizes = [3, 10] if args.quick else [int(s) for s in args.sizes.split(",")]
+    scrapes = 50 if args.quick else args.scrapes
+    print(f"metrics scrape time, {scrapes} sequential scrapes of one node per line")
+    for n in sizes:
+        launcher = Launcher(grace=5.0)
+        with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
+            try:
+                procs, client, address = start_cluster(launcher, Path(tmp), n)
+                time_scrapes(address, 5)  # warm-up: lazy imports, first proxies
+                baseline = time_status(client, scrapes)
+                times, size = time_scrapes(address, scrapes)
+                report(f"{n} members", times, baseline, size)
+                procs[-1].pause()  # a hung peer: SIGSTOP, its sockets stay open
+                try:
+                    baseline = time_status(client, scrapes)
+                    times, size = time_scrapes(address, scrapes)
+                    report(f"{n} members, 1 hung", times, baseline, size)
+                finally:
+                    procs[-1].resume()
+            finally:
+                launcher.stop_all()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
