@@ -12,7 +12,10 @@ baseline measured in the same run, with the ratio and the goal.
 1 and 2 run twice: two nodes in this process (one GIL for both), and two processes on
 loopback (the peer is this script with --serve, started by rabbitry.testing.launcher).
 
-Usage: python benchmarks/dist.py [--quick] [--skip-nodedown]
+4. dist over mutual TLS 1.3 (issue 16) next to plain dist, same run, same processes' setup:
+   call p50/p99 and one-way msg/s (goals: TLS throughput >= 0.7x plain, call p50 <= 0.5 ms).
+
+Usage: python benchmarks/dist.py [--quick] [--skip-nodedown] [--only-tls]
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ import socket
 import statistics
 import struct
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from monitors.dist import Message, NetKernel, NodeDown
+from monitors.tls import TlsContexts, TlsFiles
 from rabbitry.testing.launcher import Launcher, NodeSpec
 from supervisors import Process
 
@@ -114,18 +120,30 @@ def _plain_sink(conn: socket.socket) -> None:
         buf = buf[pos:]
 
 
-def serve(name: str, net_ticktime: float) -> tuple[Any, str, str]:
+def tls_for(directory: str | None, name: str) -> TlsContexts | None:
+    """The TLS contexts of node `name` from a `rabbitry tls gen` directory (None: plain)."""
+    if directory is None:
+        return None
+    short = name.partition("@")[0]
+    root = Path(directory)
+    files = TlsFiles(root / f"{short}.pem", root / f"{short}-key.pem", root / "ca.pem")
+    return TlsContexts(files, name)
+
+
+def serve(name: str, net_ticktime: float, tls_dir: str | None = None) -> tuple[Any, str, str]:
     """Start a node with "echo" and "sink", and the two plain servers."""
-    ref = NetKernel.start(name, "127.0.0.1:0", COOKIE, net_ticktime=net_ticktime)
+    ref = NetKernel.start(
+        name, "127.0.0.1:0", COOKIE, net_ticktime=net_ticktime, tls=tls_for(tls_dir, name)
+    )
     kernel = NetKernel.of(ref)
     kernel.register("echo", Echo.start())
     kernel.register("sink", Sink.start())
     return kernel, _plain_server(_plain_echo), _plain_server(_plain_sink)
 
 
-def serve_main(name: str, net_ticktime: float) -> None:
+def serve_main(name: str, net_ticktime: float, tls_dir: str | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
-    kernel, echo, sink = serve(name, net_ticktime)
+    kernel, echo, sink = serve(name, net_ticktime, tls_dir)
     print(f"READY {kernel.node} {kernel.address} {echo} {sink}", flush=True)
     sys.stdin.read()  # until the launcher closes stdin or signals us
 
@@ -227,10 +245,11 @@ def report_pair(label: str, kernel: NetKernel, peer: str, plain: tuple[str, str]
     )
 
 
-def peer_spec(name: str, net_ticktime: float) -> NodeSpec:
+def peer_spec(name: str, net_ticktime: float, tls_dir: str | None = None) -> NodeSpec:
+    tls = ["--tls", tls_dir] if tls_dir else []
     return NodeSpec(
         name,
-        [sys.executable, __file__, "--serve", name, "--net-ticktime", str(net_ticktime)],
+        [sys.executable, __file__, "--serve", name, "--net-ticktime", str(net_ticktime), *tls],
         ready=r"^READY (?P<node>\S+) (?P<address>\S+) (?P<echo>\S+) (?P<sink>\S+)",
     )
 
@@ -256,6 +275,60 @@ def bench_two_processes(args) -> None:
             report_pair("2 processes", a, "p@127.0.0.1", (ready["echo"], ready["sink"]), args)
         finally:
             a.actor_ref.stop()
+
+
+def bench_tls(args) -> None:
+    """Dist over TLS next to plain dist, two processes each way, rounds interleaved so that
+    machine noise hits both alike."""
+    from rabbitry.tls_gen import generate
+
+    n_calls = 2000 if args.quick else 10000
+    n_sends = 50000 if args.quick else 200000
+    rounds = 3
+    with tempfile.TemporaryDirectory() as tls_dir, Launcher() as launcher:
+        generate(Path(tls_dir), ["a@127.0.0.1", "s@127.0.0.1", "p@127.0.0.1", "t@127.0.0.1"])
+        plain_peer, tls_peer = launcher.start(
+            peer_spec("p@127.0.0.1", 4.0), peer_spec("t@127.0.0.1", 4.0, tls_dir)
+        )
+        a = NetKernel.of(NetKernel.start("a@127.0.0.1", "127.0.0.1:0", COOKIE))
+        s = NetKernel.of(
+            NetKernel.start(
+                "s@127.0.0.1", "127.0.0.1:0", COOKIE, tls=tls_for(tls_dir, "s@127.0.0.1")
+            )
+        )
+        a.set_address("p@127.0.0.1", plain_peer.address)
+        s.set_address("t@127.0.0.1", tls_peer.address)
+        pairs = {"plain": (a, "p@127.0.0.1"), "tls": (s, "t@127.0.0.1")}
+        calls: dict[str, list[tuple[float, float]]] = {"plain": [], "tls": []}
+        rates: dict[str, list[float]] = {"plain": [], "tls": []}
+        try:
+            for _ in range(rounds):
+                for mode, (kernel, peer) in pairs.items():
+                    calls[mode].append(call_latency(kernel, peer, n_calls // rounds))
+                    rates[mode].append(send_rate(kernel, peer, n_sends))
+        finally:
+            a.actor_ref.stop()
+            s.actor_ref.stop()
+    (p50, p99), (t50, t99) = (
+        tuple(statistics.median(x[i] for x in calls[m]) for i in (0, 1)) for m in ("plain", "tls")
+    )
+    rate, trate = statistics.median(rates["plain"]), statistics.median(rates["tls"])
+    print(
+        f"call round trip over TLS 1.3, 2 processes: p50 {t50 * 1e3:.3f} ms, p99 {t99 * 1e3:.3f} ms"
+    )
+    print(
+        f"  plain dist, same run:                    p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ms"
+    )
+    print(
+        f"  ratio TLS/plain: p50 {t50 / p50:.2f}x, p99 {t99 / p99:.2f}x  "
+        f"(goal p50 <= 0.5 ms: {'met' if t50 <= 0.0005 else 'MISSED'}) [{rounds} x {n_calls // rounds}]"
+    )
+    print(f"one-way send over TLS 1.3, 2 processes: {trate:,.0f} msg/s")
+    print(f"  plain dist, same run: {rate:,.0f} msg/s")
+    print(
+        f"  ratio TLS/plain {trate / rate:.2f}  "
+        f"(goal >= 0.7: {'met' if trate >= 0.7 * rate else 'MISSED'}) [{rounds} x {n_sends:,}]"
+    )
 
 
 class _DownWatch(Process):
@@ -339,14 +412,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--skip-nodedown", action="store_true")
+    parser.add_argument("--only-tls", action="store_true", help="only the TLS vs plain figures")
     parser.add_argument("--serve", metavar="NODE", help=argparse.SUPPRESS)
     parser.add_argument("--net-ticktime", type=float, default=4.0, help=argparse.SUPPRESS)
+    parser.add_argument("--tls", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve_main(args.serve, args.net_ticktime)
+        serve_main(args.serve, args.net_ticktime, args.tls)
         return
     logging.basicConfig(level=logging.ERROR)
     print(f"python {sys.version.split()[0]}, {threading.active_count()} threads at start")
+    if args.only_tls:
+        bench_tls(args)
+        return
+    bench_tls(args)
     bench_in_process(args)
     bench_two_processes(args)
     if not args.skip_nodedown:
