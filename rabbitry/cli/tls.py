@@ -62,7 +62,7 @@ def gen_command(args: argparse.Namespace) -> int:
     if args.days < 1:
         print(f"rabbitry tls gen: --days must be >= 1, got {args.days}", file=sys.stderr)
         return 2
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # absolute paths paste into a config anywhere
     try:
         made, written = generate(out, list(dict.fromkeys(args.nodes)), days=args.days)
     except (OSError, ValueError) as exc:
