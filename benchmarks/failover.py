@@ -540,7 +540,56 @@ def ours_round(args: argparse.Namespace, root: Path) -> Latency:
             return _ours_failover(ours, servers[0])
 
 
+# The steps of our switch, in order, as the RCS's and RCCs' log lines name them: the timeline
+# (a profile of where the time goes between the kill and the new master in every file).
+TIMELINE_STEPS = (
+    ("the RCS's watch connection closed", "the master closed our connection"),
+    ("the RCS's check refused", "master check refused"),
+    ("ping round over, invalidate sent", "every client answered ping"),
+    ("first RCC checked and invalidated", "RCC: invalidating the master"),
+    ("promotion sent (REPLICAOF NO ONE)", "RCS: promoting"),
+    ("first RCC wrote the new master", "RCC: new master"),
+)
+
+
+class Timeline(logging.Handler):
+    """Keeps the time of the first log line of each step (INFO, from the `failover` logger)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.created, record.getMessage()))
+
+    def first(self, text: str, since: float) -> float | None:
+        return next((t - since for t, msg in list(self.lines) if t >= since and text in msg), None)
+
+
+@contextlib.contextmanager
+def timeline() -> Iterator[Timeline]:
+    logger = logging.getLogger("failover")
+    handler, level = Timeline(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def _ours_failover(ours: OursSet, master: Server) -> Latency:
+    with timeline() as steps:
+        result = _ours_failover_timed(ours, master)
+    t0 = result.extra.pop("t0")
+    assert t0 is not None
+    for name, text in TIMELINE_STEPS:
+        result.extra[f"step:{name}"] = steps.first(text, t0)
+    return result
+
+
+def _ours_failover_timed(ours: OursSet, master: Server) -> Latency:
     old = master.address
     clients = [
         FailoverRedis(
@@ -584,6 +633,7 @@ def _ours_failover(ours: OursSet, master: Server) -> Latency:
     emptied = ours.emptied(t0)
     if len(emptied) == len(CLIENTS):
         result.extra["invalidated"] = max(w.after for w in emptied.values()) - t0
+    result.extra["t0"] = t0
     return result
 
 
@@ -743,6 +793,20 @@ def report_latency(args: argparse.Namespace, ours: list[Latency], theirs: list[L
             f"{_fmt(_median([r.extra.get('invalidated') for r in ours])).strip()} s"
         )
         print("   ours, READY per round: " + ", ".join(_fmt(r.ready).strip() for r in ours))
+        print("   ours, timeline (median s from the kill; from the RCS's and RCCs' log lines):")
+        marks: list[tuple[str, float | None]] = [
+            (name, _median([r.extra.get(f"step:{name}") for r in ours]))
+            for name, _text in TIMELINE_STEPS
+        ]
+        invalidated = _median([r.extra.get("invalidated") for r in ours])
+        marks.insert(4, ("every RCC emptied its file", invalidated))
+        marks.insert(6, ("RCS: new master set (notice)", _median([r.promoted for r in ours])))
+        marks.append(("every RCC's file names it", _median([r.config_all for r in ours])))
+        previous = 0.0
+        for name, at in marks:
+            step = f"+{(at - previous) * 1000:5.1f} ms" if at is not None else ""
+            print(f"     {_fmt(at)}  {step:>10}  {name}")
+            previous = at if at is not None else previous
     if theirs:
         print(
             "   Sentinel, +odown: "
@@ -757,6 +821,18 @@ def report_latency(args: argparse.Namespace, ours: list[Latency], theirs: list[L
         line = f"   goal: ours READY <= 1.5 s with an equal detection budget: {o:.3f} s, {verdict}"
         if t:
             line += f"; ratio ours/Sentinel = {o / t:.2f}"
+        print(line)
+    files = _median([r.config_all for r in ours]) if ours else None
+    if files is not None:
+        worst = max((r.config_all for r in ours if r.config_all is not None), default=files)
+        verdict = "met" if files <= 0.3 else "NOT met"
+        line = (
+            f"   goal (issue 20.1): every host's config names the new master <= 0.3 s after a "
+            f"SIGKILL: median {files:.3f} s (worst {worst:.3f} s), {verdict}"
+        )
+        theirs_files = _median([r.config_all for r in theirs]) if theirs else None
+        if theirs_files:
+            line += f"; ratio ours/Sentinel = {files / theirs_files:.2f}"
         print(line)
     failed = sum(r.ready is None for r in ours) + sum(r.ready is None for r in theirs)
     if failed:

@@ -11,7 +11,9 @@ what the RCS may ask, and only what this host can vouch for:
   here, although its doc says so; we follow the code: the ping only asks "are you there?").
 - invalidate(server, token): valid token AND this host sees the master down: `server` and the
   master in our own file are both unreachable or not masters (a query of our own view of
-  Redis) -> empty the file, then client_invalidated(token). A master this host still reaches
+  Redis) -> empty the file, then client_invalidated(token). "Unreachable" is either kind: a
+  refused connection (the process is gone) answers at once, no answer takes the shell's Redis
+  timeout; both mean that no worker on this host can write there. The log says which. A master this host still reaches
   as a master blocks the switch: a cut between the RCS and the master must not cause one.
 - reconfigure(server, token): valid token -> write the file if it differs.
 
@@ -49,6 +51,7 @@ from failover.effects import (
     ReadMasterFile,
     ServerInfo,
     SetTimer,
+    Unreachable,
     WriteMasterFile,
 )
 from failover.messages import NO_TOKEN, Token
@@ -260,7 +263,10 @@ class ConfigurationClientCore:
                     masters=masters,
                 )
             ]
-        out: list[FailoverEffect] = [Log.warning("RCC: invalidating the master", master=servers[0])]
+        seen = {s: _seen(infos.get(s)) for s in servers}
+        out: list[FailoverEffect] = [
+            Log.warning("RCC: invalidating the master", master=servers[0], seen=seen)
+        ]
         if self.master is not None or not self.file_known:
             out.append(self._write(None))  # before the answer: the RCS may act on it at once
         out.append(self._message(m.CLIENT_INVALIDATED, tok))
@@ -275,3 +281,12 @@ class ConfigurationClientCore:
         if self.connected:
             out.append(self._heartbeat())
         return out
+
+
+def _seen(info: Any) -> str:
+    """How a server looked from this host, for the log: refused, no answer, or its role."""
+    if isinstance(info, ServerInfo):
+        return info.role if info.master is None else f"{info.role} of {info.master}"
+    if isinstance(info, Unreachable) and info.refused:
+        return "refused"
+    return "no answer"

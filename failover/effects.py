@@ -7,7 +7,8 @@ them (or the simulator does, tests/sim/failover.py) and feeds the answers back a
 | effect | performed by the shell as | answered with |
 |---|---|---|
 | `Publish(routing_key, body)` | `bus.publish(...)` | - |
-| `QueryRedis(request_id, servers)` | INFO replication of each server, from THIS host | `core.redis_info(request_id, {server: ServerInfo or None}, now)` |
+| `QueryRedis(request_id, servers)` | INFO replication of each server, from THIS host | `core.redis_info(request_id, {server: ServerInfo, REFUSED or None}, now)` |
+| `WatchServer(server)` | hold one idle connection to `server` (None: drop it) | `core.connection_lost(server, now)` when the server closes it |
 | `Promote(request_id, server)` | `REPLICAOF NO ONE` on `server` | `core.redis_done(request_id, ok, now)` |
 | `MakeReplica(request_id, server, master)` | `REPLICAOF host port` on `server` | `core.redis_done(request_id, ok, now)` |
 | `SetMaster(server)` | the RCS's own master file := server | - |
@@ -92,7 +93,20 @@ class ServerInfo:
         )
 
 
-Infos = Mapping[str, ServerInfo | None]
+@dataclass(frozen=True)
+class Unreachable:
+    """A server that could not be asked, and how. `refused`: the connection was refused at
+    once (the host answered that nothing listens: the process is gone). Otherwise there was no
+    answer in time (the host, the link or a hung process): it may still be running, and
+    taking writes from hosts that do reach it. The cores treat None as no answer."""
+
+    refused: bool = False
+
+
+REFUSED = Unreachable(refused=True)
+NO_ANSWER = Unreachable(refused=False)
+
+Infos = Mapping[str, "ServerInfo | Unreachable | None"]
 
 # ---- Redis -----------------------------------------------------------------------------------------
 
@@ -100,11 +114,23 @@ Infos = Mapping[str, ServerInfo | None]
 @dataclass(frozen=True)
 class QueryRedis:
     """Ask every server in `servers` for its replication state, from this host, and answer
-    `redis_info(request_id, {server: ServerInfo | None}, now)` with None for a server that could
-    not be asked within the shell's Redis timeout. Every server must be in the answer."""
+    `redis_info(request_id, {server: ServerInfo | Unreachable | None}, now)`: REFUSED for a
+    server whose host refused the connection, NO_ANSWER (or None) for one that could not be
+    asked within the shell's Redis timeout. Every server must be in the answer."""
 
     request_id: int
     servers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WatchServer:
+    """Keep one idle connection open to `server` (replacing any other watch; None: drop it)
+    and answer `connection_lost(server, now)` when the server side closes it. A SIGKILLed
+    process's sockets are closed by its kernel at once, so this tells the RCS of a dead master
+    within a round trip instead of at its next check; a hung process or a cut link closes
+    nothing, and leaves the timing to the checks."""
+
+    server: str | None
 
 
 @dataclass(frozen=True)
@@ -160,6 +186,7 @@ FailoverEffect = (
     Publish
     | Direct
     | QueryRedis
+    | WatchServer
     | Promote
     | MakeReplica
     | SetMaster
@@ -172,6 +199,8 @@ FailoverEffect = (
 )
 
 __all__ = [
+    "NO_ANSWER",
+    "REFUSED",
     "CancelTimer",
     "Direct",
     "FailoverEffect",
@@ -186,5 +215,7 @@ __all__ = [
     "ServerInfo",
     "SetMaster",
     "SetTimer",
+    "Unreachable",
+    "WatchServer",
     "WriteMasterFile",
 ]

@@ -82,6 +82,10 @@ def _client(address: str, timeout: float) -> redis.Redis:
     )
 
 
+REFUSED = "refused"  # the host refused the connection: nothing listens (the process is gone)
+NO_ANSWER = "no answer"  # no answer in time, a reset, or an error reply
+
+
 def replication_info(address: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any] | None:
     """INFO replication of one server, normalised; None if it cannot be asked.
 
@@ -92,18 +96,40 @@ def replication_info(address: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str
     redis-py's parsed INFO section for anything else.
 
     None means unreachable, or an answer that was an error (LOADING, auth, ...), which is
-    logged: for choosing a master both mean "not usable now".
+    logged: for choosing a master both mean "not usable now". `probe_replication` also says
+    which kind of unreachable.
     """
+    info = probe_replication(address, timeout)
+    return info if isinstance(info, dict) else None
+
+
+def probe_replication(address: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any] | str:
+    """replication_info's dict, or why there is none: REFUSED when the connection was refused
+    (the server's host says nothing listens on the port: a dead process, not a hung one or a
+    lost link), NO_ANSWER for everything else (timeout, reset, an error reply)."""
     try:
         with _client(address, timeout) as client:
             raw = client.info("replication")
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         log.debug("replication_info(%s): unreachable: %s", address, exc)
-        return None
+        return REFUSED if _refused(exc) else NO_ANSWER
     except RedisError as exc:
         log.warning("replication_info(%s): the server answered with an error: %s", address, exc)
-        return None
+        return NO_ANSWER
     return _normalise(address, raw)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a connect failed with ECONNREFUSED (redis-py wraps it in its ConnectionError,
+    keeping the OSError as the context)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConnectionRefusedError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _int_or_none(value: Any) -> int | None:

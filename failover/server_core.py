@@ -35,6 +35,17 @@ What is safer here, and why:
 - A switch finishes an earlier one: if another master (promoted by a previous RCS that died
   mid-switch) is already there, it is adopted instead of promoting a second one. If the old
   master is back by the time of the switch, it is kept (the clients get it back).
+- A dead master is told from a silent one (issue 20.1). The shell holds an idle connection to
+  the master (`WatchServer`); a SIGKILLed redis-server's kernel closes it at once, and
+  `connection_lost` checks the master right away instead of at the next tick. A check whose
+  connection was *refused* (REFUSED: the host says nothing listens, the process is gone) skips
+  the remaining `master_retries`: the round starts at once. Nothing else is skipped: every
+  client still confirms, from its own host, that the master is unavailable before it is
+  invalidated, so a master cut off from the RCS alone (a refusing firewall, a proxy) still
+  causes no switch. A master that gives *no answer* (hung, SIGSTOPped, host or link down)
+  keeps the deliberate checks. After a cancelled round, refusals count as ordinary failures
+  until the master passes a check again, so a refusing path that the clients do not share
+  cannot make a round every tick.
 - The failure count resets on a successful check (Beetle's Ruby never reset it). A
   client_invalidated from an unknown id does not block the switch (Ruby compared sets).
   Unknown ids are kept at most `unknown_max` (1000), forgotten after `unknown_ttl` (24 h), and
@@ -46,8 +57,8 @@ What is safer here, and why:
   one in their own file, is still a master as seen from their host.
 
 Events in (each returns the effects to perform, in order): `start`, `stop`, `set_active`,
-`receive`, `timer`, `redis_info`, `redis_done`, `initiate_master_switch` (returns
-`(started, effects)`), `bus_down`, `bus_up`. Effects out: failover/effects.py.
+`receive`, `timer`, `redis_info`, `redis_done`, `connection_lost`, `initiate_master_switch`
+(returns `(started, effects)`), `bus_down`, `bus_up`. Effects out: failover/effects.py.
 """
 
 from __future__ import annotations
@@ -70,6 +81,8 @@ from failover.effects import (
     ServerInfo,
     SetMaster,
     SetTimer,
+    Unreachable,
+    WatchServer,
 )
 from failover.messages import NO_TOKEN, Token
 from monitors.retry_log import RetryBackoff
@@ -213,6 +226,10 @@ class ConfigurationServerCore:
         self.master: str | None = None
         self.master_available = False
         self.retries = 0
+        self.refused: set[str] = set()  # servers whose host refused the last query
+        self._fast = True  # a refusal may skip the retries (off after a cancelled round)
+        self._watched_server: str | None = None  # what WatchServer holds a connection to
+        self._watch_lost_at: float | None = None  # when that connection was lost
         self.infos: dict[str, ServerInfo | None] = {}
         self.last_role: dict[str, str] = {}
         self.replids: dict[str, str] = {}  # the replication id each server had as a master
@@ -402,7 +419,7 @@ class ConfigurationServerCore:
         self._round_token = None
         self._answered = set()
         self.master_available = False
-        out: list[FailoverEffect] = [CancelTimer(k) for k in TIMERS]
+        out: list[FailoverEffect] = [*(CancelTimer(k) for k in TIMERS), *self._watch(None)]
         text = "RCS: standing by" + (
             " (a master switch round was cancelled)" if was_switching else ""
         )
@@ -470,6 +487,9 @@ class ConfigurationServerCore:
 
     def _record(self, infos: Mapping[str, Any]) -> dict[str, ServerInfo | None]:
         clean: dict[str, ServerInfo | None] = {}
+        self.refused = {
+            s for s in self.servers if isinstance(i := infos.get(s), Unreachable) and i.refused
+        }
         for s in self.servers:
             i = infos.get(s)
             clean[s] = i if isinstance(i, ServerInfo) else None
@@ -621,11 +641,35 @@ class ConfigurationServerCore:
         self.retries = 0
         self.master_available = True
         self._unavailable_since = None
+        self._fast = True
         return [
             SetMaster(self.master),
             *self._announce(now),
             SetTimer(TIMER_WATCH, self.master_retry_interval),
+            *self._watch(self.master),
             *self._reconcile(infos, now),
+        ]
+
+    def _watch(self, server: str | None) -> list[FailoverEffect]:
+        """Hold a connection to `server` (None: to nothing), unless that is done already."""
+        if server == self._watched_server and self._watch_lost_at is None:
+            return []
+        self._watched_server = server
+        self._watch_lost_at = None
+        return [WatchServer(server)]
+
+    def connection_lost(self, server: str, now: float) -> list[FailoverEffect]:
+        """The connection WatchServer held to `server` was closed by the other side: check
+        the master now (a dead one answers REFUSED, and the round starts at once)."""
+        self.now = now
+        if server != self._watched_server or self._watch_lost_at is not None:
+            return []
+        self._watch_lost_at = now
+        if not self.active or self.phase != WATCHING or server != self.master:
+            return []
+        return [
+            Log.info("RCS: the master closed our connection; checking it now", master=server),
+            self._query("watch"),
         ]
 
     def _announce(self, now: float) -> list[FailoverEffect]:
@@ -705,14 +749,36 @@ class ConfigurationServerCore:
             self.retries = 0
             self.master_available = True
             self._unavailable_since = None
+            self._fast = True
             out: list[FailoverEffect] = []
             if came_back:
                 out.append(Log.info("RCS: master available", master=self.master))
             if came_back or self.announced != self.master:
                 out += self._announce(now)
-            return out + self._reconcile(infos, now)
-        why = "unreachable" if info is None else f"a {info.role}, following {info.master}"
+            lost = self._watch_lost_at
+            if lost is not None and now - lost >= self.master_retry_interval:
+                out += self._watch(self.master)  # not at once: a server that keeps closing
+            return out + self._reconcile(infos, now)  # connections must not make a busy loop
+        if info is None and self.master in self.refused and self._fast:
+            return self._master_refused(now)
+        if info is None:
+            why = "refused" if self.master in self.refused else "no answer"
+        else:
+            why = f"a {info.role}, following {info.master}"
         return self._master_failed(now, why)
+
+    def _master_refused(self, now: float) -> list[FailoverEffect]:
+        """The master's host refused the connection: the process is gone. Skip the remaining
+        retries (they would only wait); the clients still confirm before anything changes."""
+        self.master_available = False
+        self.retries = self.master_retries
+        return [
+            Log.warning(
+                "RCS: master check refused (the process is gone); asking the clients now",
+                master=self.master,
+            ),
+            *self._master_unavailable(now),
+        ]
 
     def _master_failed(self, now: float, why: str) -> list[FailoverEffect]:
         self.master_available = False
@@ -755,6 +821,7 @@ class ConfigurationServerCore:
         self._pending = None
         self.master_available = False
         out: list[FailoverEffect] = [CancelTimer(TIMER_WATCH), CancelTimer(TIMER_RECONFIGURE)]
+        out += self._watch(None)
         out += self._notify(f"Redis master '{self.master}' not available")
         if not self.client_ids:
             return out + self._switch(now)
@@ -789,6 +856,7 @@ class ConfigurationServerCore:
         self._round_token = None
         self._answered = set()
         self.retries = 0
+        self._fast = False  # the clients see what we do not: back to the deliberate checks
         out = self._notify(
             f"Redis master switch cancelled: no {what} from {missing} within "
             f"{self.client_timeout} s (answered: {answered})"
@@ -899,6 +967,7 @@ class ConfigurationServerCore:
             self.infos = infos
         self.phase = WATCHING
         self.retries = 0
+        self._fast = True
         self._pending = None
         self._promoting = None
         return [
@@ -906,6 +975,7 @@ class ConfigurationServerCore:
             SetMaster(new),
             *self._announce(now),
             SetTimer(TIMER_WATCH, self.master_retry_interval),
+            *(self._watch(new) if available else []),
             *(self._reconcile(infos, now) if available else []),
         ]
 

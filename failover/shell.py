@@ -36,6 +36,8 @@ from failover import messages as m
 from failover import redis_ops
 from failover.client_core import ConfigurationClientCore
 from failover.effects import (
+    NO_ANSWER,
+    REFUSED,
     MakeReplica,
     Notify,
     Promote,
@@ -43,11 +45,14 @@ from failover.effects import (
     ReadMasterFile,
     ServerInfo,
     SetMaster,
+    Unreachable,
+    WatchServer,
     WriteMasterFile,
 )
 from failover.http_status import StatusServer
 from failover.master_file import RedisMasterFile
 from failover.server_core import ConfigurationServerCore
+from failover.server_watch import ServerWatch
 from monitors.bus import Bus, BusError, BusMessage, connect_bus
 from monitors.core_timers import CoreTimers, Fired
 from monitors.effects import CancelTimer, Log, SetTimer, perform_all
@@ -78,7 +83,12 @@ class _BusState:
 @dataclass(frozen=True)
 class _RedisInfo:
     request_id: int
-    infos: dict[str, ServerInfo | None]
+    infos: dict[str, ServerInfo | Unreachable]
+
+
+@dataclass(frozen=True)
+class _ConnectionLost:
+    watch: ServerWatch
 
 
 @dataclass(frozen=True)
@@ -105,22 +115,26 @@ class _ElectionOver:
 _FROM_ACTIVE = (m.PING, m.INVALIDATE, m.RECONFIGURE)
 
 
-def _ask(server: str) -> ServerInfo | None:
+def _ask(address: str) -> ServerInfo | Unreachable:
     try:
-        info = redis_ops.replication_info(server, timeout=REDIS_TIMEOUT)
+        info = redis_ops.probe_replication(address, timeout=REDIS_TIMEOUT)
     except Exception as exc:  # a bad answer counts as unreachable, with a reason
-        log.debug("failover: INFO replication on %s failed: %s", server, exc)
-        return None
-    return ServerInfo.from_info(info) if info is not None else None
+        log.debug("failover: INFO replication on %s failed: %s", address, exc)
+        return NO_ANSWER
+    if isinstance(info, dict):
+        return ServerInfo.from_info(info)
+    return REFUSED if info == redis_ops.REFUSED else NO_ANSWER
 
 
-def _query(servers: Sequence[str]) -> dict[str, ServerInfo | None]:
+def _query(servers: Sequence[str], routes: dict[str, str]) -> dict[str, ServerInfo | Unreachable]:
     """Every server at once: hung servers cost one REDIS_TIMEOUT in all, not one each (an
-    RCC's answer to invalidate must beat the RCS's client_timeout)."""
+    RCC's answer to invalidate must beat the RCS's client_timeout). `routes` maps a server
+    to the address this host reaches it at."""
+    addresses = [routes.get(s, s) for s in servers]
     if len(servers) == 1:
-        return {servers[0]: _ask(servers[0])}
+        return {servers[0]: _ask(addresses[0])}
     with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
-        return dict(zip(servers, pool.map(_ask, servers), strict=True))
+        return dict(zip(servers, pool.map(_ask, addresses), strict=True))
 
 
 def _version() -> str:
@@ -149,8 +163,22 @@ class _FailoverShell(Process):
 
     core: Any
 
-    def __init__(self, bus: str | Bus, system: str, node: str, exchange: str) -> None:
+    def __init__(
+        self,
+        bus: str | Bus,
+        system: str,
+        node: str,
+        exchange: str,
+        redis_addresses: dict[str, str] | None = None,
+    ) -> None:
         super().__init__()
+        # how THIS host reaches each server, when not at its name: a fault proxy on one
+        # host's path only (the RCS's, say) models a cut the other hosts do not share
+        self._routes = dict(redis_addresses or {})
+        for server, address in self._routes.items():
+            m.check_server(server)
+            redis_ops.parse_address(address)
+        self._watch: ServerWatch | None = None
         self._bus_spec = bus
         self.system = m.check_system(system)
         self.node = node
@@ -185,6 +213,7 @@ class _FailoverShell(Process):
 
     def _shutdown(self) -> None:
         self._timers.clear()
+        self._set_watch(None)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._subscription is not None:
             with contextlib.suppress(Exception):
@@ -239,6 +268,9 @@ class _FailoverShell(Process):
             self._perform(core.redis_done(message.request_id, message.ok, now))
         elif isinstance(message, _BusState):
             self._perform(core.bus_up(now) if message.connected else core.bus_down(now))
+        elif isinstance(message, _ConnectionLost):
+            if message.watch is self._watch:
+                self._perform(core.connection_lost(message.watch.server, now))
         else:
             return self._other(message, now)
         return None
@@ -272,22 +304,37 @@ class _FailoverShell(Process):
             log.warning("failover %s: %s", self.system, effect.text)
             self._notified(effect.text)
         elif kind is QueryRedis:
-            self._submit(lambda: _RedisInfo(effect.request_id, _query(effect.servers)))
+            routes = self._routes
+            self._submit(lambda: _RedisInfo(effect.request_id, _query(effect.servers, routes)))
         elif kind is Promote:
-            self._submit(
-                lambda: self._redis_call(effect.request_id, redis_ops.promote, effect.server)
-            )
+            address = self._routes.get(effect.server, effect.server)
+            self._submit(lambda: self._redis_call(effect.request_id, redis_ops.promote, address))
         elif kind is MakeReplica:
+            address = self._routes.get(effect.server, effect.server)
             self._submit(
                 lambda: self._redis_call(
-                    effect.request_id, redis_ops.make_replica, effect.server, effect.master
+                    effect.request_id, redis_ops.make_replica, address, effect.master
                 )
             )
+        elif kind is WatchServer:
+            self._set_watch(effect.server)
         else:
             self._perform_file(effect)
 
     def _perform_file(self, effect: Any) -> None:
         log.error("failover %s: unknown effect %r dropped", self.system, effect)
+
+    def _set_watch(self, server: str | None) -> None:
+        old, self._watch = self._watch, None
+        if old is not None:
+            old.close()
+        if server is not None:
+            address = self._routes.get(server, server)
+            lost = self._watch_lost
+            self._watch = ServerWatch(server, address, lost, REDIS_TIMEOUT).start()
+
+    def _watch_lost(self, watch: ServerWatch) -> None:  # on the watch's thread: only tell
+        self._tell_quietly(_ConnectionLost(watch))
 
     def _notified(self, text: str) -> None:
         pass
@@ -340,6 +387,8 @@ class ConfigurationServer(_FailoverShell):
     `http`: "host:port" of the status page (Beetle's, port 0 for any); None for none.
     `elector`: a Gossip ref to elect the active RCS among several candidates; None: active.
     `tls`: {certfile, keyfile, cafile} (a node's `tls:` section): the status page is HTTPS.
+    `redis_addresses`: {server: "host:port"} for servers this host reaches at another address
+    than their name (a fault proxy on this host's path only); the names stay the identities.
     Other keyword options go to ConfigurationServerCore (master_retries, master_retry_interval,
     client_timeout, ...).
     """
@@ -359,10 +408,11 @@ class ConfigurationServer(_FailoverShell):
         takeover_after: float | None = None,
         exchange: str = "rabbitry",
         tls: Mapping[str, str] | None = None,
+        redis_addresses: dict[str, str] | None = None,
         **core_options: Any,
     ) -> None:
         server_id = core_options.pop("server_id", None) or (node or f"rcs-{system}")
-        super().__init__(bus, system, node or server_id, exchange)
+        super().__init__(bus, system, node or server_id, exchange, redis_addresses)
         self._servers = list(redis_servers)
         self._client_ids = list(client_ids)
         self._server_id = server_id
@@ -589,9 +639,10 @@ class ConfigurationClient(_FailoverShell):
         *,
         exchange: str = "rabbitry",
         multi_set: bool = False,
+        redis_addresses: dict[str, str] | None = None,
         **core_options: Any,
     ) -> None:
-        super().__init__(bus, system, client_id, exchange)
+        super().__init__(bus, system, client_id, exchange, redis_addresses)
         self.client_id = m.check_id("client id", client_id)
         # multi_set: the file is shared by the RCCs of several failover sets on this host and
         # holds one `system/host:port` line each (Beetle >= 2.3); a plain `host:port` line

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import threading
 import urllib.error
 import urllib.request
@@ -340,17 +341,20 @@ def test_redis_master_only_temporarily_down_no_switch_necessary(beetle) -> None:
 
     The RCS sees redis-1 down, but it is back before the retries run out: nothing is
     switched, no client file was emptied, no notification went out, redis-2 stays its
-    replica and the handler keeps writing to redis-1."""
+    replica and the handler keeps writing to redis-1. "Down" is a master that gives no
+    answer (SIGSTOP): one whose process is gone refuses connections, and is switched at once
+    (issue 20.1; test_failover_partitions.py)."""
     s = beetle().standard(master_retries=1000)  # 1000 x 0.2 s: the retry timeout
     wait_until(lambda: s.names() == {s.master.address}, "both files to name redis-1", WAIT)
-    s.master.stop()
+    assert s.master.proc is not None
+    s.master.proc.send_signal(signal.SIGSTOP)
     wait_until(
         lambda: s.status()["retries"] >= 1 and not s.status()["redis_master_available"],
         "the RCS to see redis-1 down",
         WAIT,
     )
     assert s.names() == {s.master.address}  # down, but nobody was asked to stop using it
-    s.master.start(*REDIS_ARGS)
+    s.master.proc.send_signal(signal.SIGCONT)
     wait_until(
         lambda: s.status()["redis_master_available"] and s.status()["retries"] == 0,
         "the RCS to see redis-1 again",

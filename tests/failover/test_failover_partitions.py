@@ -22,8 +22,9 @@ How the partitions are made (the design choice):
 - Hence one proxy per (observer, server) pair, in one `rabbitry faultproxy` process: proxy
   "fo-<tag>-rcs-0->127.0.0.1:6380" carries only rcs-0's connections to the server
   127.0.0.1:6380. The shells run in this test process as subclasses (`RoutedServer`,
-  `RoutedClient`) that change one thing: where the TCP connection of a Redis call goes. A
-  `QueryRedis`, `Promote` or `MakeReplica` for server S dials the observer's proxy to S;
+  `RoutedClient`) given their proxies as `redis_addresses` (how THIS host reaches each
+  server), plus hooks for the crash tests. A `QueryRedis`, `WatchServer`, `Promote` or
+  `MakeReplica` for server S dials the observer's proxy to S;
   everything else (the names in the cores, the answers' `ServerInfo`, the master given to
   REPLICAOF) stays canonical. The servers' replication links do not go through any proxy. A
   cut is a `timeout` toxic (drop every byte, never close) on both streams of one proxy: the
@@ -47,6 +48,8 @@ How the partitions are made (the design choice):
 from __future__ import annotations
 
 import contextlib
+import logging
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -58,7 +61,7 @@ import pytest
 import supervisors
 from failover import ConfigurationClient, ConfigurationServer, RedisMasterFile, redis_ops
 from failover import shell as failover_shell
-from failover.effects import MakeReplica, Promote, QueryRedis, ServerInfo
+from failover.effects import MakeReplica, Promote
 from monitors.bus import Bus, connect_bus
 from monitors.gossip.effects import Publish
 from rabbitry.testing.cluster import ToxiproxyAPI
@@ -91,6 +94,7 @@ class Routes:
         self._tag = uuid.uuid4().hex[:8]
         self._proxies: dict[tuple[str, str], tuple[str, str]] = {}  # -> (name, listen)
         self.cuts: set[tuple[str, str]] = set()
+        self.refused: set[tuple[str, str]] = set()
         for observer in observers:
             for server in servers:
                 name = f"fo-{self._tag}-{observer}->{server}"
@@ -107,7 +111,21 @@ class Routes:
             self.api.add_toxic(name, {**CUT, "name": f"cut-{stream}", "stream": stream})
         self.cuts.add((observer, server))
 
+    def for_observer(self, observer: str) -> dict[str, str]:
+        """{server: the proxy address} for one observer: its shell's `redis_addresses`."""
+        return {srv: addr for (obs, srv), (_n, addr) in self._proxies.items() if obs == observer}
+
+    def refuse(self, observer: str, server: str) -> None:
+        """The proxy goes away: `observer`'s connections to `server` close, new ones are
+        refused (a REJECT rule), while the other observers still reach it."""
+        self.api.set_enabled(self._proxies[(observer, server)][0], False)
+        self.refused.add((observer, server))
+
     def heal(self) -> None:
+        for observer, server in sorted(self.refused):
+            with contextlib.suppress(Exception):
+                self.api.set_enabled(self._proxies[(observer, server)][0], True)
+        self.refused.clear()
         for observer, server in sorted(self.cuts):
             name = self._proxies[(observer, server)][0]
             for stream in ("upstream", "downstream"):
@@ -159,18 +177,6 @@ class _Routed:
     def _via(self, server: str) -> str:
         return self.routes.address(self.observer, server) if self.routes is not None else server
 
-    def _routed_query(self, servers: tuple[str, ...]) -> dict[str, ServerInfo | None]:
-        out: dict[str, ServerInfo | None] = {}
-        for server in servers:  # as failover.shell._query, through this observer's proxy
-            try:
-                info = redis_ops.replication_info(
-                    self._via(server), timeout=failover_shell.REDIS_TIMEOUT
-                )
-            except Exception:
-                info = None
-            out[server] = ServerInfo.from_info(info) if info is not None else None
-        return out
-
     def _promote(self, server: str) -> None:
         redis_ops.promote(self._via(server), timeout=failover_shell.REDIS_TIMEOUT)
         if self.crash is not None:
@@ -182,13 +188,7 @@ class _Routed:
     def _perform_one(self, effect: Any) -> None:
         kind = type(effect)
         shell: Any = self
-        if kind is QueryRedis:
-            shell._submit(
-                lambda: failover_shell._RedisInfo(
-                    effect.request_id, self._routed_query(effect.servers)
-                )
-            )
-        elif kind is Promote:
+        if kind is Promote:
             self.promoted.append(effect.server)
             shell._submit(
                 lambda: shell._redis_call(effect.request_id, self._promote, effect.server)
@@ -208,12 +208,16 @@ class _Routed:
 
 class RoutedServer(_Routed, ConfigurationServer):
     def __init__(self, *args: Any, routes: Routes | None, crash: CrashPoint | None, **kw: Any):
+        node = kw["node"]
+        kw["redis_addresses"] = routes.for_observer(node) if routes is not None else None
         super().__init__(*args, **kw)
         self.observer, self.routes, self.crash, self.promoted = self.node, routes, crash, []
 
 
 class RoutedClient(_Routed, ConfigurationClient):
     def __init__(self, *args: Any, routes: Routes | None, **kw: Any) -> None:
+        client_id = args[2]
+        kw["redis_addresses"] = routes.for_observer(client_id) if routes is not None else None
         super().__init__(*args, **kw)
         self.observer, self.routes, self.crash, self.promoted = self.client_id, routes, None, []
 
@@ -611,6 +615,89 @@ def test_a_split_between_the_rcs_and_the_master_causes_no_switch(failover_set) -
     s.wait(lambda: s.status()["redis_master_available"], "the RCS to see the master", 15)
     assert s.names() == {master.address}
     assert settled(s, master)
+    s.watch.check()
+
+
+# ---- refused, or no answer (issue 20.1) -------------------------------------------------------
+
+
+def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    """The failover log lines containing `text`, each with its fields (the cores' details)."""
+    return [
+        f"{r.getMessage()} {getattr(r, 'fields', '')}"
+        for r in caplog.records
+        if text in r.getMessage()
+    ]
+
+
+def test_a_killed_master_is_switched_without_the_retries(failover_set, caplog) -> None:
+    """SIGKILL: the RCS's watch connection closes, its check is refused, and the round starts
+    at once; every client still checks the master itself (refused too) before it lets go."""
+    caplog.set_level(logging.INFO, logger="failover")
+    s = failover_set(routed=False, master_retries=50)  # the retries alone would take 10 s
+    master, replica = s.master, s.replicas[0]
+    s.wait(lambda: s.names() == {master.address}, "every file to name the master", 15)
+    s.watch.mark()
+    master.stop(kill=True)
+    s.wait(lambda: s.names() == {replica.address}, "every file to name the replica", 8)
+    assert _lines(caplog, "the master closed our connection")
+    assert _lines(caplog, "master check refused")
+    invalidated = _lines(caplog, "RCC: invalidating the master")
+    assert len(invalidated) == 2 and all("refused" in line for line in invalidated), invalidated
+    for c in s.files:
+        s.wait(
+            lambda c=c: s.watch.history(c) == [master.address, None, replica.address],
+            f"{c}'s file to go from the master through empty to the replica",
+            5,
+        )
+    s.watch.check()
+
+
+def test_a_sigstopped_master_keeps_the_deliberate_checks(failover_set, caplog) -> None:
+    """SIGSTOP: nothing refuses and no connection closes; the master is switched only after
+    master_retries failed checks, and the clients' own checks time out (no answer)."""
+    caplog.set_level(logging.INFO, logger="failover")
+    s = failover_set(routed=False)
+    master, replica = s.master, s.replicas[0]
+    s.wait(lambda: s.names() == {master.address}, "every file to name the master", 15)
+    assert master.proc is not None
+    master.proc.send_signal(signal.SIGSTOP)
+    try:
+        s.wait(lambda: s.names() == {replica.address}, "every file to name the replica", 20)
+    finally:
+        master.proc.send_signal(signal.SIGCONT)
+    assert not _lines(caplog, "master check refused")
+    assert not _lines(caplog, "the master closed our connection")
+    failed = _lines(caplog, "RCS: master check failed")
+    assert len(failed) >= FAST_RCS["master_retries"], failed
+    invalidated = _lines(caplog, "RCC: invalidating the master")
+    assert invalidated and all("no answer" in line for line in invalidated), invalidated
+    s.watch.check()
+
+
+def test_a_master_refusing_the_rcs_alone_causes_no_switch(failover_set, caplog) -> None:
+    """The master refuses the RCS's connections (its proxy goes away) but serves the clients:
+    the refusal is believed at once, and every client refuses to invalidate a master it still
+    reaches. No file changes, nothing is promoted."""
+    caplog.set_level(logging.INFO, logger="failover")
+    s = failover_set()
+    master, replica = s.master, s.replicas[0]
+    s.wait(lambda: s.names() == {master.address}, "every file to name the master", 15)
+    s.watch.mark()
+    assert s.routes is not None
+    s.routes.refuse("rcs-0", master.address)
+    s.wait(lambda: len(s.cancelled()) >= 1, "a round cancelled", 15)
+    assert _lines(caplog, "master check refused")
+    for note in s.cancelled():
+        assert "no client_invalidated from ['rcc-1', 'rcc-2']" in note, note
+    assert len(_lines(caplog, "ignoring invalidate")) >= 2
+    assert role(replica) == "slave", "a replica was promoted while the clients used the master"
+    for c in s.files:
+        assert s.watch.history(c) == [master.address], f"{c}'s file changed"
+
+    s.routes.heal()
+    s.wait(lambda: s.status()["redis_master_available"], "the RCS to see the master", 15)
+    assert s.names() == {master.address} and settled(s, master)
     s.watch.check()
 
 

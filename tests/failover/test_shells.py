@@ -7,6 +7,7 @@ redis-server processes started on free ports, the clients' master files real fil
 from __future__ import annotations
 
 import json
+import signal
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -106,10 +107,18 @@ def test_a_successful_switch(failover_set) -> None:
 
 
 def test_master_only_temporarily_down_means_no_switch(failover_set) -> None:
+    """A master that gives no answer for a while (SIGSTOP; a dead one refuses and is switched
+    at once) and is back before the retries run out: no switch."""
     s = failover_set(master_retries=50)
     wait_until(lambda: names(s) == {s.master.address}, "files name the master", 15)
-    s.master.stop()
-    s.master.start()  # back before the retries run out
+    assert s.master.proc is not None
+    s.master.proc.send_signal(signal.SIGSTOP)
+    wait_until(
+        lambda: not s.rcs.proxy().status().get(timeout=5)["redis_master_available"],
+        "the RCS to miss the master",
+        15,
+    )
+    s.master.proc.send_signal(signal.SIGCONT)  # back before the retries run out
     wait_until(
         lambda: s.rcs.proxy().status().get(timeout=5)["redis_master_available"],
         "master seen up",

@@ -8,7 +8,10 @@ What it models, and why:
   replicas lag differently and the RCS's "largest offset" choice matters), if both are up.
 - `kill` / `revive`: a killed server answers nothing; it comes back with the role, master and
   offset it had (a server cannot be reconfigured while it is down), as a Redis with a
-  persisted config does. Replication between servers is never cut (the failover protocol
+  persisted config does. A killed server's host *refuses* connections at once (REFUSED, after
+  one latency), and the connections open to it close (`on_kill` listeners: the RCS's watch);
+  `hang` (SIGSTOP) makes a server give *no answer* (None, after the timeout) and closes
+  nothing; so does a cut. Replication between servers is never cut (the failover protocol
   does not look at it).
 - Reachability is per (node, server): `cut(node, server)` makes the server unreachable from
   one node only, so a partition between the RCS's host and the master, or between one worker
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from failover.effects import ServerInfo
+from failover.effects import REFUSED, ServerInfo, Unreachable
 from tests.sim.engine import Sim
 
 
@@ -38,6 +41,7 @@ class SimServer:
     master: str | None = None
     offset: int = 0
     alive: bool = True
+    hung: bool = False  # SIGSTOPped: down, but its host does not refuse connections
     sync_every: float = 0.1
     fresh: bool = False  # REPLICAOF given: the next sync is a full resync
 
@@ -67,9 +71,11 @@ class RedisSim:
             self.servers[r] = SimServer(r, "slave", master, 0, True, every)
         self.servers[master].sync_every = sync_every[0]
         self.cuts: set[tuple[str, str]] = set()  # (node, server)
+        self.rejects: set[tuple[str, str]] = set()  # (node, server): a firewall's REJECT
         self.watched: list[str] = []  # nodes whose visibility the invariants ask about
         self.visible_since: dict[tuple[str, str], float | None] = {}
         self.listeners: list[Callable[[], None]] = []
+        self.on_kill: list[Callable[[str], None]] = []  # server killed: its connections close
         self.stats = {"writes": 0, "refused": 0, "unreachable": 0, "promotions": 0}
 
     # ---- set-up ----------------------------------------------------------------------------
@@ -85,13 +91,24 @@ class RedisSim:
 
     def reachable(self, node: str, server: str) -> bool:
         s = self.servers[server]
-        return s.alive and (node, server) not in self.cuts
+        return s.alive and (node, server) not in self.cuts and (node, server) not in self.rejects
 
     def visible(self, node: str, server: str) -> bool:
         return self.reachable(node, server) and self.servers[server].role == "master"
 
-    def info(self, node: str, server: str) -> ServerInfo | None:
-        """What INFO replication answers to `node`, or None if it cannot reach the server."""
+    def refuses(self, node: str, server: str) -> bool:
+        """Whether `node` gets a refused connection from `server`: the process is dead (not
+        hung) and nothing cuts the path between them."""
+        if (node, server) in self.cuts:
+            return False
+        s = self.servers[server]
+        return (node, server) in self.rejects or (not s.alive and not s.hung)
+
+    def info(self, node: str, server: str) -> ServerInfo | Unreachable | None:
+        """What INFO replication answers to `node`: REFUSED from a dead server's host, None
+        (no answer) from a hung or cut-off one."""
+        if self.refuses(node, server):
+            return REFUSED
         if not self.reachable(node, server):
             return None
         s = self.servers[server]
@@ -112,9 +129,8 @@ class RedisSim:
         lo, hi = self.latency
         out = 0.0
         for s in servers:
-            out = max(
-                out, self.sim.rng.uniform(lo, hi) if self.reachable(node, s) else self.timeout
-            )
+            quick = self.reachable(node, s) or self.refuses(node, s)
+            out = max(out, self.sim.rng.uniform(lo, hi) if quick else self.timeout)
         return out
 
     # ---- what clients do -------------------------------------------------------------------------
@@ -150,10 +166,21 @@ class RedisSim:
             self.servers[server].alive = False
             self.sim.record(None, "redis_kill", server)
             self._changed()
+            for fn in self.on_kill:
+                fn(server)
+
+    def hang(self, server: str) -> None:
+        """SIGSTOP: the server stops answering; its host accepts connections, closes none."""
+        s = self.servers[server]
+        if s.alive:
+            s.alive, s.hung = False, True
+            self.sim.record(None, "redis_hang", server)
+            self._changed()
 
     def revive(self, server: str) -> None:
         if not self.servers[server].alive:
             self.servers[server].alive = True
+            self.servers[server].hung = False
             self.sim.record(None, "redis_revive", server)
             self._changed()
 
@@ -163,14 +190,26 @@ class RedisSim:
             self.sim.record(None, "redis_cut", f"{node} x {server}")
             self._changed()
 
+    def reject(self, node: str, server: str) -> None:
+        """A live server refuses `node`'s connections (a firewall's REJECT, a proxy that is
+        down): to that node it looks dead; the others still use it."""
+        if (node, server) not in self.rejects:
+            self.rejects.add((node, server))
+            self.sim.record(None, "redis_reject", f"{node} x {server}")
+            self._changed()
+
     def heal(self, node: str, server: str) -> None:
+        if (node, server) in self.rejects:
+            self.rejects.discard((node, server))
+            self.sim.record(None, "redis_heal", f"{node} x {server}")
+            self._changed()
         if (node, server) in self.cuts:
             self.cuts.discard((node, server))
             self.sim.record(None, "redis_heal", f"{node} x {server}")
             self._changed()
 
     def heal_all(self) -> None:
-        for node, server in sorted(self.cuts):
+        for node, server in sorted(self.cuts | self.rejects):
             self.heal(node, server)
         for name in self.servers:
             self.revive(name)

@@ -26,6 +26,8 @@ import pytest
 from failover import client_core, server_core
 from failover import messages as m
 from tests.sim.failover import (
+    KINDS,
+    LATER_KINDS,
     SERVERS,
     SETTLE,
     FailoverRun,
@@ -124,15 +126,43 @@ def test_a_master_kill_promotes_the_replica_with_the_most_data() -> None:
     run = play([Op(3.2, "kill", (R1,))], heal_at=12.0, setup=lagging_r2)
     ((t, rcs, server),) = promotes(run)
     assert server == R3 and rcs == "rcs1@sim"
-    assert 3.2 + 3.0 <= t <= 3.2 + 3.0 + 1.5  # 3 failed checks, a ping and invalidate round
+    # the kill closes the RCS's watch connection, the check at once is refused: no retries,
+    # only the ping and invalidate rounds (each client checks r1 itself, refused too)
+    assert 3.2 < t <= 3.2 + 0.1
+    assert run.kind.of("connection_lost")[0].t < 3.2 + 0.01
     assert final_master(run) == R3
     assert run.redis.servers[R1].master == R3  # the old master came back as a replica
 
 
-def test_a_master_down_for_less_than_the_retries_causes_no_switch() -> None:
-    """Beetle's "Redis master only temporarily down": no round, files never emptied."""
-    run = play([Op(3.0, "kill", (R1,)), Op(4.5, "revive_all")], heal_at=6.0)
+def test_a_master_silent_for_less_than_the_retries_causes_no_switch() -> None:
+    """Beetle's "Redis master only temporarily down", for a master that gives no answer (a
+    SIGSTOP: nothing refuses, no connection closes): no round, files never emptied."""
+    run = play([Op(3.0, "hang_master"), Op(4.5, "revive_all")], heal_at=6.0)
     assert not promotes(run) and not run.kind.of("ping")[1:]  # only the census ping
+    assert not run.kind.of("connection_lost")
+    for node in run.rcc:
+        assert file_history(run, node) == []
+
+
+def test_a_hung_master_keeps_the_deliberate_checks() -> None:
+    """No answer is not a refusal: a hung master is switched after the 3 failed checks."""
+    run = play([Op(3.2, "hang_master")], heal_at=12.0)
+    ((t, _, server),) = promotes(run)
+    assert 3.2 + 2.0 <= t <= 3.2 + 3.0 + 2.0  # 3 checks, 1 s apart; each client's own check
+    assert server != R1 and final_master(run) == server
+
+
+def test_a_refusal_seen_by_the_rcs_alone_causes_no_switch() -> None:
+    """The master refuses the RCS's connections (a REJECT rule, a proxy that is down) but
+    serves the workers: the refusal starts a round at once, and every client refuses to
+    invalidate a master it still reaches. After that cancelled round, refusals count as
+    ordinary failures (3 checks per round), so the rounds do not come every tick."""
+    run = play([Op(3.0, "reject_master", ("active", 10.0))], heal_at=14.0)
+    assert not promotes(run) and final_master(run) == R1
+    cancelled = notes(run, "switch cancelled")
+    assert 2 <= len(cancelled) <= 3
+    first_ping = next(e.t for e in run.kind.of("ping") if e.t > 3.0)
+    assert first_ping < 3.0 + 1.1  # the first refusal is believed, at the next check
     for node in run.rcc:
         assert file_history(run, node) == []
 
@@ -174,7 +204,9 @@ def test_no_replica_available_resorts_to_the_old_master() -> None:
 def test_a_clean_handover_keeps_the_master_and_the_new_rcs_switches_later() -> None:
     run = play([Op(5.0, "handover", (0.2,)), Op(10.0, "kill", (R1,))], heal_at=20.0)
     ((t, rcs, _),) = promotes(run)
-    assert rcs == "rcs2@sim" and t > 13.0
+    assert (
+        rcs == "rcs2@sim" and 10.0 < t < 10.2
+    )  # the new RCS watches r1 too: a kill is seen at once
     old = run.kind.host(run.sim, "rcs1@sim")
     assert old is not None and not old.core.active
     new = run.kind.host(run.sim, "rcs2@sim")
@@ -278,7 +310,7 @@ MUTANTS = [
      (6, 2, 3), "all_invalidated"),
     ("no term confirmation before demoting", [(S, "term_confirmed", lambda self, now: True)],
      (4, 2, 2), "files_name_masters"),
-    ("no terms", [(C, "receive", _rcc_any_token), (S, "_heard", _no_standdown)], (3, 2, 3),
+    ("no terms", [(C, "receive", _rcc_any_token), (S, "_heard", _no_standdown)], (67, 3, 3),
      "one_master_in_files"),
 ]  # fmt: skip
 
@@ -300,3 +332,13 @@ def test_the_invariants_catch_a_missing_safety_mechanism(
         for p in patchers:
             p.stop()
     assert info.value.invariant == invariant
+
+
+@pytest.mark.parametrize(("n_rcs", "n_rcc"), [(2, 3), (3, 2)])
+@pytest.mark.parametrize("seed", range(20))
+def test_random_schedules_with_silent_and_refusing_masters(
+    seed: int, n_rcs: int, n_rcc: int
+) -> None:
+    """The later fault kinds mixed in: masters that hang (no answer) and masters that refuse
+    the active RCS alone (the refusal fast path must still never switch without the clients)."""
+    _run_and_check(generate(seed, n_rcs, n_rcc, kinds=(*KINDS, *LATER_KINDS, *LATER_KINDS)))
