@@ -49,10 +49,10 @@ class FailureGate:
         """Count a failure: (failures so far, the new back-off in seconds or 0.0 if none)."""
         entry = self._entries.get(key)
         if entry is None or now - entry.last > self.forget_after:
-            entry = self._entries[key] = _Entry()
-            if len(self._entries) > self.max_keys:
+            if key not in self._entries and len(self._entries) >= self.max_keys:
                 oldest = min(self._entries, key=lambda k: self._entries[k].last)
                 del self._entries[oldest]
+            entry = self._entries[key] = _Entry()
         entry.failures += 1
         entry.last = now
         over = entry.failures - self.free

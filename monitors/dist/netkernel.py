@@ -281,7 +281,7 @@ class NetKernel(Process):
         # reach for a reason that retrying soon cannot fix (TLS refused, a plain/TLS mismatch,
         # a wrong cookie): both under _gate_lock. `_told` keeps logs to one line per reason.
         self._gate_lock = threading.Lock()
-        self._cookie_gate = cookie_gate or FailureGate()
+        self._cookie_gate = cookie_gate if cookie_gate is not None else FailureGate()
         self._connect_gate = FailureGate(free=0, initial=1.0, maximum=30.0)
         self._told: dict[str, tuple[str, float]] = {}
         _BY_URN[self.actor_urn] = self

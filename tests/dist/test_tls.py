@@ -6,6 +6,7 @@ without a nodedown."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import socket
@@ -18,7 +19,7 @@ import pytest
 from monitors.dist import NodeDown
 from monitors.tls import TlsContexts, TlsFiles
 from rabbitry.tls_gen import CA, make_ca, make_cert, write_cert, write_key
-from tests.dist.helpers import COOKIE, Echo, Probe, mesh, wait_until
+from tests.dist.helpers import Echo, Probe, mesh, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,10 +108,8 @@ class RecordingProxy:
         except OSError:
             pass
         for sock in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def close(self) -> None:
         self.listener.close()
@@ -187,7 +186,9 @@ def test_bad_clients_are_turned_away_and_the_node_keeps_serving(make_kernel, pki
             pki, name, b, cafile=pki["files"]["stranger"].cafile if name == "stranger" else None
         )
         assert not outcome.startswith("read b'\\x00"), outcome
-        line = wait_until(lambda: _lines(caplog, rejected)[before:], f"b's line for {name}")[0]
+        line = wait_until(
+            lambda before=before: _lines(caplog, rejected)[before:], f"b's line for {name}"
+        )[0]
         assert reason in line, line
 
     # A valid certificate of x cannot claim to be c.
