@@ -194,9 +194,12 @@ def stem_for(node: str, nodes: list[str]) -> str:
     return node if clash else short
 
 
-def generate(out: Path, nodes: list[str], days: int = DEFAULT_DAYS) -> tuple[bool, list[NodeFiles]]:
-    """Make (or reuse) the CA in `out` and a certificate per node. Returns (CA made new,
-    the node files)."""
+def generate(
+    out: Path, nodes: list[str], days: int = DEFAULT_DAYS, hosts: list[str] | None = None
+) -> tuple[bool, list[NodeFiles]]:
+    """Make (or reuse) the CA in `out` and a certificate per node, plus one host certificate
+    (DNS/IP SAN only: it names every node of that host, for nodes named at run time such as
+    Spark executors) per entry of `hosts`. Returns (CA made new, the files written)."""
     out.mkdir(parents=True, exist_ok=True)
     ca = load_ca(out)
     made = ca is None
@@ -212,4 +215,10 @@ def generate(out: Path, nodes: list[str], days: int = DEFAULT_DAYS) -> tuple[boo
         write_key(keyfile, key)
         write_cert(certfile, cert)
         written.append(NodeFiles(node, certfile, keyfile, out / CA_FILE))
+    for host in hosts or []:
+        key, cert = make_cert(ca, f"any@{host}", days=days, uri=False)
+        keyfile, certfile = out / f"host-{host}-key.pem", out / f"host-{host}.pem"
+        write_key(keyfile, key)
+        write_cert(certfile, cert)
+        written.append(NodeFiles(f"*@{host}", certfile, keyfile, out / CA_FILE))
     return made, written

@@ -14,6 +14,7 @@ TLS_EPILOG = """\
 examples:
   rabbitry tls gen --out ./tls a@127.0.0.1 b@127.0.0.1 c@127.0.0.1
   rabbitry tls gen --out ./tls d@10.0.0.7          # adds d, signed by the CA already in ./tls
+  rabbitry tls gen --out ./tls --host 10.0.0.8     # any node on 10.0.0.8 (Spark executors)
 
 Writes DIR/ca.pem and DIR/ca-key.pem (the CA; reused if DIR has one), and per node
 DIR/<name>.pem and DIR/<name>-key.pem (keys mode 0600). Each certificate carries a URI SAN
@@ -42,7 +43,15 @@ def register(commands: Any) -> None:
         formatter_class=HelpFormatter,
     )
     gen.add_argument("--out", required=True, metavar="DIR", help="where to write the files")
-    gen.add_argument("nodes", nargs="+", metavar="NODE", help="node names, such as a@127.0.0.1")
+    gen.add_argument("nodes", nargs="*", metavar="NODE", help="node names, such as a@127.0.0.1")
+    gen.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="also make a host certificate (DNS/IP SAN only): it names every node of HOST, "
+        "for nodes named at run time such as Spark executors (repeatable)",
+    )
     gen.add_argument("--days", type=int, default=825, help="how long the certificates are valid")
     gen.set_defaults(handler=gen_command, help_parser=gen)
 
@@ -51,7 +60,11 @@ def gen_command(args: argparse.Namespace) -> int:
     from rabbitry.node_config import NODE_NAME
     from rabbitry.tls_gen import generate
 
+    if not args.nodes and not args.host:
+        print("rabbitry tls gen: name at least one NODE (or --host HOST)", file=sys.stderr)
+        return 2
     bad = [n for n in args.nodes if not NODE_NAME.match(n)]
+    bad += [h for h in args.host if not NODE_NAME.match(f"x@{h}")]
     if bad:
         print(
             f"rabbitry tls gen: not a node name: {', '.join(bad)} (expected name@host, such as "
@@ -64,7 +77,12 @@ def gen_command(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out).resolve()  # absolute paths paste into a config anywhere
     try:
-        made, written = generate(out, list(dict.fromkeys(args.nodes)), days=args.days)
+        made, written = generate(
+            out,
+            list(dict.fromkeys(args.nodes)),
+            days=args.days,
+            hosts=list(dict.fromkeys(args.host)),
+        )
     except (OSError, ValueError) as exc:
         print(f"rabbitry tls gen: {exc}", file=sys.stderr)
         return 1

@@ -154,3 +154,21 @@ def test_a_cookie_of_the_wrong_type_is_not_shown(tmp_path):
     with pytest.raises(NodeConfigError) as info:
         load_node_config(path)
     assert "cookie" in str(info.value) and "9876543210123456789" not in str(info.value)
+
+
+def test_a_host_certificate_names_every_node_of_its_host(tls_dir, tmp_path, capsys):
+    assert main(["tls", "gen", "--out", str(tls_dir), "--host", "127.0.0.1"]) == 0
+    assert "host-127.0.0.1.pem" in capsys.readouterr().out
+    files = {
+        "certfile": str(tls_dir / "host-127.0.0.1.pem"),
+        "keyfile": str(tls_dir / "host-127.0.0.1-key.pem"),
+        "cafile": str(tls_dir / "ca.pem"),
+    }
+    assert load_node_config(_config(tmp_path, files)).tls is not None  # a@127.0.0.1
+    path = tmp_path / "other.yaml"
+    path.write_text(
+        f"node: spark-1-2@10.0.0.5\nlisten: 127.0.0.1:0\n{COOKIE_LINE}tls:\n"
+        + "".join(f"  {k}: {v}\n" for k, v in files.items())
+    )
+    with pytest.raises(NodeConfigError, match=r"does not name spark-1-2@10\.0\.0\.5"):
+        load_node_config(path)
