@@ -27,6 +27,7 @@ import pykka
 from pykka import ActorDeadError, ActorRef
 
 from supervisors.errors import CallerError
+from supervisors.future import LatchFuture
 from supervisors.inbox import Inbox
 from supervisors.messages import Down, Exit
 from supervisors.reasons import KILL, KILLED, NOPROC, NORMAL, Reason, format_reason
@@ -182,6 +183,11 @@ class Process(pykka.ThreadingActor):
     @staticmethod
     def _create_actor_inbox() -> Inbox:  # type: ignore[override]
         return Inbox()
+
+    @staticmethod
+    def _create_future() -> LatchFuture:
+        """Every ask's future: a lock for a latch, not a Condition (supervisors/future.py)."""
+        return LatchFuture()
 
     # ----------------------------------------------------------------------------- starting
 
