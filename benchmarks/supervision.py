@@ -1,10 +1,16 @@
-"""Supervision benchmarks (issue 2). Prints each figure next to its goal and baseline.
+"""Supervision benchmarks (issues 2 and 18). Prints each figure next to its goal and baseline.
 
-1. tell throughput of a Process vs a plain pykka.ThreadingActor, same run (goal: ratio >= 0.8);
-2. restart latency, crash -> the new child answering an ask: p50 and p99 (goal: <= 1 ms, <= 5 ms);
-3. start then stop 10,000 simple_one_for_one children (goal: <= 5 s in all).
+1. tell throughput of a Process vs a plain pykka.ThreadingActor, same run (goal: ratio >= 0.8),
+   and of a PooledProcess vs a Process (goal: ratio >= 1.0);
+2. ask round trip p50, PooledProcess vs Process (goal: ratio <= 1.2);
+3. restart latency, crash -> the new child answering an ask, p50 and p99: Process children
+   (goal: <= 1 ms, <= 5 ms) and PooledProcess children (goal: <= 0.5 ms, <= 2 ms);
+4. start then stop 10,000 simple_one_for_one Process children (goal: <= 5 s in all), and
+   100,000 PooledProcess children (goal: <= 2 s), with memory per idle child (RSS delta / count;
+   goal for PooledProcess <= 4 KB), against n bare threads started and joined;
+5. with --million: 1,000,000 PooledProcess children, time and memory.
 
-Usage: python benchmarks/supervision.py [--quick] [--log {file,none}]
+Usage: python benchmarks/supervision.py [--quick] [--million] [--log {file,none}]
 `--log file` (default) sends every log record, crash tracebacks included, to a temp file, as a
 deployed node would; `--log none` disables logging to show the cost of the machinery alone.
 """
@@ -12,6 +18,7 @@ deployed node would; `--log none` disables logging to show the cost of the machi
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import statistics
@@ -22,7 +29,7 @@ import time
 
 import pykka
 
-from supervisors import ChildSpec, Process, Supervisor, SupFlags
+from supervisors import ChildSpec, PooledProcess, Process, Supervisor, SupFlags
 
 
 class PlainCounter(pykka.ThreadingActor):
@@ -51,6 +58,18 @@ class ProcessCounter(Process):
         return None
 
 
+class PooledCounter(PooledProcess):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def on_receive(self, message: object) -> object:
+        if message == "count?":
+            return self.count
+        self.count += 1
+        return None
+
+
 def tell_rate(cls: type, n: int) -> float:
     ref = cls.start()
     try:
@@ -64,13 +83,39 @@ def tell_rate(cls: type, n: int) -> float:
 
 
 def bench_tell(n: int, rounds: int) -> None:
-    plain, ours = [], []
-    for _ in range(rounds):  # interleaved so drift in machine load hits both alike
+    plain, ours, pooled = [], [], []
+    for _ in range(rounds):  # interleaved so drift in machine load hits all alike
         plain.append(tell_rate(PlainCounter, n))
         ours.append(tell_rate(ProcessCounter, n))
-    p, o = statistics.median(plain), statistics.median(ours)
+        pooled.append(tell_rate(PooledCounter, n))
+    p, o, q = statistics.median(plain), statistics.median(ours), statistics.median(pooled)
     print(f"tell throughput: Process {o:,.0f}/s, pykka.ThreadingActor {p:,.0f}/s")
     print(f"  ratio Process/pykka = {o / p:.2f}  (goal >= 0.80)  [{rounds} rounds of {n:,}]")
+    print(f"tell throughput: PooledProcess {q:,.0f}/s, Process {o:,.0f}/s")
+    print(f"  ratio PooledProcess/Process = {q / o:.2f}  (goal >= 1.00)")
+
+
+def ask_p50(cls: type, n: int) -> float:
+    ref = cls.start()
+    try:
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            ref.ask("count?")
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        ref.stop()
+
+
+def bench_ask(n: int, rounds: int) -> None:
+    ours, pooled = [], []
+    for _ in range(rounds):
+        ours.append(ask_p50(ProcessCounter, n))
+        pooled.append(ask_p50(PooledCounter, n))
+    o, q = statistics.median(ours) * 1e6, statistics.median(pooled) * 1e6
+    print(f"ask round trip p50: PooledProcess {q:.1f} us, Process {o:.1f} us")
+    print(f"  ratio PooledProcess/Process = {q / o:.2f}  (goal <= 1.20)  [{rounds} x {n:,} asks]")
 
 
 class _Slot:
@@ -96,8 +141,12 @@ class Child(Process):
         return "pong"
 
 
-def bench_restart(samples: int) -> None:
-    sup = Supervisor.start(SupFlags("one_for_one", 10**9, 1.0), [ChildSpec("c", Child)])
+class PooledChild(Child, PooledProcess):
+    pass
+
+
+def bench_restart(samples: int, cls: type, goals: tuple[float, float]) -> None:
+    sup = Supervisor.start(SupFlags("one_for_one", 10**9, 1.0), [ChildSpec("c", cls)])
     latencies = []
     try:
         for _ in range(samples):
@@ -115,15 +164,27 @@ def bench_restart(samples: int) -> None:
     latencies.sort()
     p50 = latencies[len(latencies) // 2] * 1000
     p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
-    print(f"restart latency (crash -> new child answers), {samples} restarts:")
-    print(f"  p50 = {p50:.3f} ms (goal <= 1 ms, ratio {p50 / 1.0:.2f})")
-    print(f"  p99 = {p99:.3f} ms (goal <= 5 ms, ratio {p99 / 5.0:.2f})")
+    print(f"restart latency (crash -> new child answers), {cls.__name__}, {samples} restarts:")
+    print(f"  p50 = {p50:.3f} ms (goal <= {goals[0]} ms, ratio {p50 / goals[0]:.2f})")
+    print(f"  p99 = {p99:.3f} ms (goal <= {goals[1]} ms, ratio {p99 / goals[1]:.2f})")
 
 
 class Leaf(Process):
     def __init__(self, n: int) -> None:
         super().__init__()
         self.n = n
+
+
+class PooledLeaf(PooledProcess):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+
+def rss() -> int:
+    """Resident set size of this process, in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def bare_threads(n: int) -> float:
@@ -139,11 +200,12 @@ def bare_threads(n: int) -> float:
     return time.perf_counter() - begin
 
 
-def bench_many(n: int) -> None:
-    """Every Process is one OS thread, so the floor is the cost of n thread lifecycles, which is
-    measured right before, in the same run, because on a VM it varies several-fold by the minute."""
-    floor = bare_threads(n)
-    spec = ChildSpec("leaf", Leaf, restart="temporary", shutdown=5.0)
+def many(n: int, cls: type) -> tuple[float, float, float, float]:
+    """Start n simple_one_for_one children of `cls`, then stop the supervisor.
+    Returns (start s, stop s, total s, RSS bytes per idle child)."""
+    spec = ChildSpec("leaf", cls, restart="temporary", shutdown=5.0)
+    gc.collect()
+    before = rss()
     start = time.perf_counter()
     sup = Supervisor.start(SupFlags("simple_one_for_one", 0, 1.0), [spec])
     proxy = sup.proxy()
@@ -151,18 +213,30 @@ def bench_many(n: int) -> None:
     for future in futures:
         future.get()
     started = time.perf_counter()
+    del futures
     assert proxy.count_children().get()["active"] == n
+    gc.collect()
+    per_child = (rss() - before) / n
+    paused = time.perf_counter() - started  # measuring is not part of the figure
     sup.stop()
-    stopped = time.perf_counter()
-    total = stopped - start
+    stopped = time.perf_counter() - paused
+    return started - start, stopped - started, stopped - start, per_child
+
+
+def bench_many(n: int, goal: float, cls: type, floor: float) -> float:
+    """Every Process is one OS thread, so the floor is the cost of n thread lifecycles, which is
+    measured right before, in the same run, because on a VM it varies several-fold by the minute."""
+    up, down, total, per_child = many(n, cls)
     print(
-        f"{n:,} simple_one_for_one children: start {started - start:.2f} s, "
-        f"stop {stopped - started:.2f} s, total {total:.2f} s (goal <= 5 s, ratio {total / 5:.2f})"
+        f"{n:,} simple_one_for_one {cls.__name__} children: start {up:.2f} s, "
+        f"stop {down:.2f} s, total {total:.2f} s (goal <= {goal:g} s, ratio {total / goal:.2f}); "
+        f"{per_child / 1024:.2f} KB RSS per idle child"
     )
     print(
         f"  baseline: {n:,} bare threads started and joined in {floor:.2f} s; "
         f"ratio ours/bare = {total / floor:.2f}"
     )
+    return per_child
 
 
 def main() -> int:
@@ -170,6 +244,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="smaller sample sizes (a smoke run)")
+    parser.add_argument("--million", action="store_true", help="also 1,000,000 PooledProcesses")
     parser.add_argument("--log", choices=("file", "none"), default="file")
     args = parser.parse_args()
     if args.log == "file":
@@ -182,8 +257,26 @@ def main() -> int:
         print("logging disabled")
     print(f"python {sys.version.split()[0]}, pykka {_pykka_version()}")
     bench_tell(20_000 if args.quick else 200_000, 3 if args.quick else 5)
-    bench_restart(200 if args.quick else 2000)
-    bench_many(1_000 if args.quick else 10_000)
+    bench_ask(500 if args.quick else 5_000, 3 if args.quick else 5)
+    bench_restart(200 if args.quick else 2000, Child, (1.0, 5.0))
+    bench_restart(200 if args.quick else 2000, PooledChild, (0.5, 2.0))
+    n = 1_000 if args.quick else 10_000
+    floor = bare_threads(n)
+    threaded = bench_many(n, 5.0, Leaf, floor)
+    m = 10 * n
+    pooled = bench_many(m, 2.0, PooledLeaf, floor * 10)
+    print(
+        f"  memory per idle child: PooledProcess {pooled / 1024:.2f} KB (goal <= 4 KB), "
+        f"Process {threaded / 1024:.2f} KB; ratio {pooled / threaded:.2f}"
+    )
+    print(f"  (the bare-thread baseline for {m:,} is {n:,} threads measured, times 10)")
+    if args.million:
+        up, down, total, per_child = many(1_000_000, PooledLeaf)
+        print(
+            f"1,000,000 PooledProcess children: start {up:.1f} s, stop {down:.1f} s, "
+            f"total {total:.1f} s; {per_child * 1_000_000 / 2**30:.2f} GB RSS "
+            f"({per_child / 1024:.2f} KB each)"
+        )
     return 0
 
 

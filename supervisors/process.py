@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Self
 import pykka
 from pykka import ActorDeadError, ActorRef
 
+from supervisors import registry
 from supervisors.errors import CallerError
 from supervisors.future import LatchFuture
 from supervisors.inbox import Inbox
@@ -38,6 +39,9 @@ except ImportError:  # pragma: no cover - pinned pykka<5 has it
     _ActorStop = type("_ActorStopMissing", (), {})
 
 log = logging.getLogger("supervisors.process")
+# Crashes are logged as pykka logs them, on its logger and in its words, so that log filters
+# written for pykka actors ("Unhandled exception in ...") also catch Processes.
+pykka_log = logging.getLogger("pykka")
 
 _ALIVE: Any = object()
 _local = threading.local()
@@ -155,6 +159,8 @@ class Process(pykka.ThreadingActor):
     """
 
     trap_exit: bool = False
+    # True: put in pykka's ActorRegistry at start, as a pykka actor is (see registry.py).
+    register_in_actor_registry: ClassVar[bool] = False
     # Threads of killed processes may be stuck in user code forever; they must not keep the
     # interpreter alive at exit.
     use_daemon_thread: ClassVar[bool] = True
@@ -223,6 +229,8 @@ class Process(pykka.ThreadingActor):
                 f"{cls.__name__}.__init__ did not call super().__init__(); Process needs it"
             )
         _REGISTRY[obj.actor_urn] = obj
+        if cls.register_in_actor_registry:
+            pykka.ActorRegistry.register(obj.actor_ref)
         if link_to is not None:
             obj._sv_parent_urn = link_to.actor_urn
             obj._sv_links[link_to.actor_urn] = link_to.actor_ref
@@ -467,6 +475,7 @@ class Process(pykka.ThreadingActor):
             return False
         except CallerError:
             if reply_to is not None:
+                pykka_log.info("Exception returned from %s to caller:", self, exc_info=True)
                 self._sv_reply(envelope, reply_to, None, sys.exc_info())
             else:
                 log.warning(
@@ -516,15 +525,15 @@ class Process(pykka.ThreadingActor):
         try:
             self.on_stop()
         except Exception:
-            log.exception("%s: on_stop raised while ending with %s", self, format_reason(reason))
+            pykka_log.exception("Unhandled exception in %s:", self)
         self._sv_terminate(reason)
 
     def _sv_crash(self, exc: BaseException, exc_info: Any) -> None:
-        log.error("%s crashed: %s", self, format_reason(exc), exc_info=exc_info)
+        pykka_log.error("Unhandled exception in %s:", self, exc_info=exc_info)
         try:
             self.on_failure(*exc_info)
         except Exception:
-            log.exception("%s: on_failure raised", self)
+            pykka_log.exception("Unhandled exception in %s:", self)
         self._sv_terminate(exc)
 
     def _sv_terminate(self, reason: Reason) -> bool:
@@ -546,6 +555,7 @@ class Process(pykka.ThreadingActor):
             timer.cancel()
         self.actor_stopped.set()
         _REGISTRY.pop(self.actor_urn, None)
+        registry.leave(self.actor_ref)
         self.actor_inbox.close(self._sv_refuse)
         if current is not None and current.reply_to is not None:
             current.reply_to.set_exception(
