@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rabbitry.control import ControlClient
+from rabbitry.control import ControlClient, ControlError
 from rabbitry.testing.cluster import reserved_ports
 from rabbitry.testing.launcher import Launcher, NodeSpec
 
@@ -65,11 +65,16 @@ def start_cluster(launcher: Launcher, root: Path, n: int) -> tuple[list, Control
         specs.append(NodeSpec(f"n{i:02d}", argv, cwd=str(root), ready_timeout=120.0))
     procs = launcher.start(*specs)
     client = ControlClient("127.0.0.1", control_port, COOKIE, timeout=10)
-    deadline = time.monotonic() + 120
-    while sorted(client.status()["running"]) != names:
+    deadline = time.monotonic() + 300
+    while True:  # 30 nodes booting on 2 cores: the first may be too busy to answer at once
+        try:
+            if sorted(client.status()["running"]) == names:
+                break
+        except ControlError:
+            pass
         if time.monotonic() > deadline:
-            raise SystemExit(f"the {n} nodes did not form a cluster in 120 s")
-        time.sleep(0.2)
+            raise SystemExit(f"the {n} nodes did not form a cluster in 300 s")
+        time.sleep(0.5)
     return procs, client, f"127.0.0.1:{metrics_port}"
 
 

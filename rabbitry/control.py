@@ -97,11 +97,16 @@ class ControlServer(Process):
         cookie: bytes,
         routes: dict[tuple[str, str], Handler],
         tls: Callable[[], ssl.SSLContext] | None = None,
+        *,
+        web: Any = None,
     ):
-        """`tls`: returns the server SSLContext for each new connection (HTTPS); None: HTTP."""
+        """`tls`: returns the server SSLContext for each new connection (HTTPS); None: HTTP.
+        `web`: serves the paths it `owns()` (the management page, /ui/) with its own
+        authentication (a session cookie), instead of the bearer token."""
         super().__init__()
         self._bind = (host, port)
         self._tls = tls
+        self._web = web
         self._token = control_token(cookie)
         self._routes = dict(routes)
         self._server: ThreadingHTTPServer | None = None
@@ -115,7 +120,9 @@ class ControlServer(Process):
         return str(host), int(port)
 
     def on_start(self) -> None:
-        server = ThreadingHTTPServer(self._bind, _make_handler(self._token, self._routes))
+        server = ThreadingHTTPServer(
+            self._bind, _make_handler(self._token, self._routes, self._web)
+        )
         server.daemon_threads = True
         if self._tls is not None:
             serve_https(server, self._tls, "control API")
@@ -140,13 +147,15 @@ class ControlServer(Process):
         return self.address
 
     def _close(self) -> None:
+        if self._web is not None:
+            self._web.close()
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
             server.server_close()
 
 
-def _make_handler(token: str, routes: dict[tuple[str, str], Handler]) -> type:
+def _make_handler(token: str, routes: dict[tuple[str, str], Handler], web: Any = None) -> type:
     class _Handler(BaseHTTPRequestHandler):
         server_version = "rabbitry-control"
         protocol_version = "HTTP/1.1"
@@ -161,6 +170,10 @@ def _make_handler(token: str, routes: dict[tuple[str, str], Handler]) -> type:
             log.debug("%s %s", self.address_string(), fmt % args)
 
         def _serve(self, method: str) -> None:
+            path = self.path.split("?", 1)[0]
+            if web is not None and web.owns(path) and (method, path) not in routes:
+                web.serve(self, method, path)
+                return
             given = self.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
                 log.warning("control: bad or missing token from %s", self.address_string())

@@ -39,6 +39,7 @@ from rabbitry.control import Conflict, ControlServer
 from rabbitry.node_config import NodeConfig
 from rabbitry.node_files import describe, node_run_dir, with_run_dir
 from rabbitry.observe import MetricsServer, NodeObserver, Observations
+from rabbitry.ui import ManagementUI
 from supervisors import ChildSpec, Process, Supervisor, SupFlags, stop_pool
 
 log = logging.getLogger("rabbitry.node")
@@ -524,12 +525,15 @@ class Node:
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,
         }
+        ui = ManagementUI(self, routes)  # /ui/: the management page (docs/ui.md)
+        routes[("POST", "/ui/token")] = ui.new_login
         self.parts.control = ControlServer.start_link(
             address.host,
             address.port,
             self.config.cookie,
             routes,
             tls=self.tls.https_server if self.tls is not None else None,
+            web=ui,
         )
         return self.parts.control
 

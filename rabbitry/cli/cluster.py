@@ -1,4 +1,4 @@
-"""`rabbitry cluster status|join|leave|forget`: talk to a running node's control API."""
+"""`rabbitry cluster status|join|leave|forget|ui`: talk to a running node's control API."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ examples:
   rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie --json
   rabbitry cluster join b@127.0.0.1 127.0.0.1:7002 --control 127.0.0.1:7101 --cookie-file ./cookie
   rabbitry cluster forget c@127.0.0.1 --control 127.0.0.1:7101 --cookie-file ./cookie
+  rabbitry cluster ui --control 127.0.0.1:7101 --cookie-file ./cookie
 
   rabbitry cluster status --control https://node1.example:7101 --cacert ./tls/ca.pem
 
@@ -81,6 +82,24 @@ def register(commands: Any) -> None:
     forget.add_argument("node", help="the member to forget, such as c@127.0.0.1")
     _add_target(forget)
     forget.set_defaults(handler=lambda a: _action(a, lambda c: c.forget(a.node)))
+
+    ui = sub.add_parser(
+        "ui",
+        help="print a one-time login URL for the node's management page (and open a browser)",
+        description="Ask the node for a one-time login token and print the URL of its "
+        "management page (/ui/) with it, as Jupyter does. The link works once, within --ttl "
+        "seconds; the browser then keeps a session cookie and the address bar shows no "
+        "secret. A browser is opened where there is a display, unless --no-browser.",
+        epilog="example:\n  rabbitry cluster ui --control 127.0.0.1:7101 --cookie-file ./cookie"
+        "\n\nThe page is described in docs/ui.md.",
+        formatter_class=HelpFormatter,
+    )
+    _add_target(ui)
+    ui.add_argument(
+        "--ttl", type=float, default=60.0, help="seconds the login link stays valid (at most 600)"
+    )
+    ui.add_argument("--no-browser", action="store_true", help="only print the URL")
+    ui.set_defaults(handler=ui_command, help_parser=ui)
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
@@ -268,3 +287,40 @@ def _action(args: argparse.Namespace, call: Any) -> int:
         return 1
     print(json.dumps(result, indent=2) if not isinstance(result, str) else result)
     return 0
+
+
+def ui_command(args: argparse.Namespace) -> int:
+    """`rabbitry cluster ui`: print (and open) a one-time login URL for the page."""
+    try:
+        client = _client(args)
+        login = client.request("POST", "/ui/token", {"ttl": args.ttl})
+    except _UsageError as exc:
+        print(f"rabbitry cluster ui: {exc}", file=sys.stderr)
+        return 2
+    except ControlError as exc:
+        if exc.status == 404:
+            print("rabbitry cluster ui: this node has no management page", file=sys.stderr)
+        else:
+            print(f"rabbitry cluster ui: {exc}", file=sys.stderr)
+        return 1
+    url = client.url + login["path"]
+    print(
+        f"Open this URL to log in to the management page (it works once, within "
+        f"{login['expires_in']:g} s):\n  {url}",
+        flush=True,
+    )
+    if not args.no_browser and _has_display():
+        import webbrowser
+
+        try:
+            webbrowser.open(url)
+        except webbrowser.Error as exc:  # none found: the printed URL is enough
+            print(f"(no browser opened: {exc})", file=sys.stderr)
+    return 0
+
+
+def _has_display() -> bool:
+    """A browser can open here: a desktop session (X11, Wayland), macOS or Windows."""
+    if sys.platform == "darwin" or sys.platform.startswith("win"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
