@@ -201,14 +201,14 @@ def test_a_reloading_node_never_loads_its_own_disc_copy() -> None:
     # the winner has no loaded copy to give (as when it is itself reloading in a cascade)
     h.cores[A].loaded.discard("t")
     content = h.cores[A].store.pop("t")
-    winner_load = h.cores[A]._try_load
-    h.cores[A]._try_load = lambda table: []  # type: ignore[method-assign]
-    h.perform(B, core._reload(A, "test"))
+    winner_load = h.cores[A].loader.try_load
+    h.cores[A].loader.try_load = lambda table: []  # type: ignore[method-assign]
+    h.perform(B, core.healer.reload(A, "test"))
     h.run(max_time=3.0)
     assert B in h.cores[A].running and A in core.running
     assert "t" not in core.loaded and "t" not in core.store
-    h.cores[A]._try_load = winner_load  # type: ignore[method-assign]
+    h.cores[A].loader.try_load = winner_load  # type: ignore[method-assign]
     h.cores[A].store["t"] = content
-    h.perform(A, h.cores[A]._loaded("t", "back"))
+    h.perform(A, h.cores[A].loader.loaded("t", "back"))
     h.run(max_time=3.0)
     assert h.content(B, "t") == {"1": {"k": 1, "v": "x"}}

@@ -279,7 +279,7 @@ def test_a_wread_write_after_a_replica_lost_the_lock_restarts_at_prepare() -> No
     h = setup()
     tid, _ = begin(h, A)
     h.call(A, "tx_read", tid=tid, table="t", key=1, lock="write")
-    h.perform(B, h.cores[B]._tx_drop_all())  # B forgets every transaction (an autoheal reload)
+    h.perform(B, h.cores[B].drop_transactions())  # B forgets every transaction (an autoheal reload)
     h.run()
     h.call(A, "tx_write", tid=tid, table="t", record={"k": 1, "v": "x"})
     with pytest.raises(Restart, match="voted no"):

@@ -33,8 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mnesia_like.coordinator import Coordinator
 from mnesia_like.core import MnesiaCore
 from mnesia_like.errors import Restart
+from mnesia_like.participant import Participant
 from mnesia_like.records import key_json
 from tests.sim.engine import EffectHandler, NetConfig, Sim, SimNode
 from tests.sim.schedules import FIRST_FAULT, Fault, Op, make_fault
@@ -79,54 +81,77 @@ class Record:
         raise Violation(text)
 
 
-class TracedCore(MnesiaCore):
-    """MnesiaCore with hooks for the checker (the protocol is untouched)."""
+class TracedParticipant(Participant):
+    """The participant with hooks for the checker (the protocol is untouched)."""
+
+    record: Record
+    reloading = False  # the node is dropping every transaction (an autoheal reload)
+
+    def apply_commit(self, tid: str, part: Any) -> list[Any]:
+        nodes = self.record.applied.setdefault(tid, set())
+        nodes.add(self.s.node)
+        if self.record.aborted_prepared.get(tid):
+            self.record.fail(
+                f"atomicity: {tid} applied on {self.s.node} but aborted after a yes vote on "
+                f"{sorted(self.record.aborted_prepared[tid])}"
+            )
+        return super().apply_commit(tid, part)
+
+    def release(self, tid: str, outcome: str | None) -> list[Any]:
+        part = self.txs.get(tid)
+        if outcome == "aborted" and part is not None and part.prepared and not self.reloading:
+            self.record.aborted_prepared.setdefault(tid, set()).add(self.s.node)
+            if self.record.applied.get(tid):
+                self.record.fail(
+                    f"atomicity: {tid} aborted on {self.s.node} after a yes vote but applied on "
+                    f"{sorted(self.record.applied[tid])}"
+                )
+        return super().release(tid, outcome)
+
+
+class TracedCoordinator(Coordinator):
+    """The coordinator with hooks for the checker (the protocol is untouched)."""
 
     record: Record
 
-    def _apply_commit(self, tid: str, part: Any) -> list[Any]:
-        nodes = self.record.applied.setdefault(tid, set())
-        nodes.add(self.node)
-        if self.record.aborted_prepared.get(tid):
-            self.record.fail(
-                f"atomicity: {tid} applied on {self.node} but aborted after a yes vote on "
-                f"{sorted(self.record.aborted_prepared[tid])}"
-            )
-        return super()._apply_commit(tid, part)
-
-    def _part_release(self, tid: str, outcome: str | None) -> list[Any]:
-        part = self._part.get(tid)
-        if outcome == "aborted" and part is not None and part.prepared and not self._reloading:
-            self.record.aborted_prepared.setdefault(tid, set()).add(self.node)
-            if self.record.applied.get(tid):
-                self.record.fail(
-                    f"atomicity: {tid} aborted on {self.node} after a yes vote but applied on "
-                    f"{sorted(self.record.applied[tid])}"
-                )
-        return super()._part_release(tid, outcome)
-
-    def _on_vote(self, sender: str, m: dict[str, Any], now: float) -> list[Any]:
-        out = super()._on_vote(sender, m, now)
-        tx = self._coord.get(m["tid"])
+    def on_vote(self, sender: str, m: dict[str, Any], now: float) -> list[Any]:
+        out = super().on_vote(sender, m, now)
+        tx = self.txs.get(m["tid"])
         if tx is not None and tx.phase == "committing" and tx.stamp is not None:
             stamp = (tx.stamp[0], tx.stamp[1])
             self.record.participants[stamp] = {t: set(ns) for t, ns in tx.write_nodes.items()}
         return out
 
-    def _end_tx(self, tx: Any, restart: str | None) -> list[Any]:
+    def end_tx(self, tx: Any, restart: str | None) -> list[Any]:
         if tx.stamp is not None:
             self.record.aborted_stamps.add((tx.stamp[0], tx.stamp[1]))
-        return super()._end_tx(tx, restart)
+        return super().end_tx(tx, restart)
 
-    def _tx_drop_all(self) -> list[Any]:
-        self._reloading = True
+
+class TracedCore(MnesiaCore):
+    """MnesiaCore with hooks for the checker in its transaction parts."""
+
+    coordinator_class = TracedCoordinator
+    participant_class = TracedParticipant
+    participant: TracedParticipant
+    coordinator: TracedCoordinator
+
+    @property
+    def record(self) -> Record:
+        return self.participant.record
+
+    @record.setter
+    def record(self, record: Record) -> None:
+        self.participant.record = record
+        self.coordinator.record = record
+
+    def drop_transactions(self) -> list[Any]:
+        self.participant.reloading = True
         self.record.reloads += 1
         try:
-            return super()._tx_drop_all()
+            return super().drop_transactions()
         finally:
-            self._reloading = False
-
-    _reloading = False
+            self.participant.reloading = False
 
 
 def initial_schema(members: list[str]) -> dict[str, Any]:

@@ -1,0 +1,217 @@
+"""Participant: one replica's half of a transaction (tx.py has the whole flow).
+
+It grants locks (wait-die, locks.py) and serves the read that comes with one, votes on a
+`prepare` (no if it lost the transaction's locks or the replica set misses a replica it
+knows to be active), and on `commit` writes its disc copies before its `ack`, applies and
+releases. What a prepared participant does when it loses its coordinator is termination.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mnesia_like import records as rec
+from mnesia_like import schema as sch
+from mnesia_like.locks import LockManager
+from mnesia_like.schema_changes import SchemaChanges
+from mnesia_like.state import NodeState
+from mnesia_like.tx import SCHEMA, Bounded, PartTx, age_ok
+from mnesia_like.writes import Writes
+from monitors.effects import CancelTimer, Effect, Log
+
+
+class Participant:
+    """The transactions this node takes part in (see the module docstring).
+
+    `outcomes` is the node's record of how transactions ended (shared with the
+    coordinator): a late lock or commit of an ended transaction is answered from it."""
+
+    def __init__(
+        self, state: NodeState, writes: Writes, schema: SchemaChanges, outcomes: Bounded
+    ) -> None:
+        self.s = state
+        self.writes = writes
+        self.schema = schema
+        self.outcomes = outcomes
+        self.locks = LockManager()
+        self.txs: dict[str, PartTx] = {}
+        self.dead: Bounded = Bounded()  # tids released here (late locks refused)
+
+    # ---- locks
+
+    def on_lock(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        s = self.s
+        tid, table = m["tid"], m["table"]
+        if m["mode"] not in ("read", "write") or not isinstance(m["age"], list):
+            return [Log.warning("bad lock request dropped", node=sender, tid=tid)]
+        if tid in self.outcomes or tid in self.dead:
+            return [self._lock_r(sender, m, "gone")]
+        if sender not in s.running and sender != s.node:
+            return [self._lock_r(sender, m, "not_running")]  # split from us, or gone
+        if table != SCHEMA and (table not in s.tables or table not in s.store):
+            return [self._lock_r(sender, m, "not_here")]
+        want = m["want"]
+        if want is not None and table not in s.loaded:
+            return [self._lock_r(sender, m, "not_loaded")]
+        part = self.txs.get(tid)
+        if part is None:
+            part = self.txs[tid] = PartTx(sender, m["age"])
+        if part.prepared:
+            return [self._lock_r(sender, m, "gone")]
+        age = tuple(m["age"]) if age_ok(m["age"]) else (0, "", 0)
+        ans = self.locks.request(tid, age, table, m["key"], m["mode"])
+        if ans == "wait":
+            part.waiting = (m["seq"], want, table, m["key"])
+            return []
+        if ans == "die":
+            return [self._lock_r(sender, m, "die")]
+        return [self._granted(sender, tid, m["seq"], want, table, m["key"])]
+
+    def _lock_r(self, to: str, m: dict[str, Any], ans: str) -> Effect:
+        return self.s.send(to, "lock_r", tid=m["tid"], seq=m["seq"], ans=ans, value=None)
+
+    def _granted(  # noqa: PLR0917 - the lock request's fields
+        self, to: str, tid: str, seq: int, want: Any, table: str, key: str | None
+    ) -> Effect:
+        value: Any = None
+        if isinstance(want, dict) and table in self.s.loaded:
+            op = want.get("op")
+            content = self.s.store.get(table, {})
+            if op == "read" and key is not None:
+                value = content.get(key)
+            elif op == "match" and isinstance(want.get("arg"), dict):
+                value = [
+                    e["r"]
+                    for e in content.values()
+                    if e["r"] is not None and rec.matches(e["r"], want["arg"])
+                ]
+            elif op == "select" and isinstance(want.get("arg"), dict):
+                spec = {"where": want["arg"].get("where", []), "fields": None, "limit": None}
+                try:
+                    value = rec.select((e["r"] for e in content.values() if e["r"]), spec)
+                except (TypeError, ValueError, KeyError):
+                    value = []
+        return self.s.send(to, "lock_r", tid=tid, seq=seq, ans="granted", value=value)
+
+    def _wake(self, granted: list[Any]) -> list[Effect]:
+        out: list[Effect] = []
+        for g in granted:
+            part = self.txs.get(g.tid)
+            if part is None or part.waiting is None:
+                continue
+            seq, want, table, key = part.waiting
+            part.waiting = None
+            out.append(self._granted(part.coord, g.tid, seq, want, table, key))
+        return out
+
+    def release(self, tid: str, outcome: str | None) -> list[Effect]:
+        """Forget `tid` here, release its locks (waking who waits), record its outcome."""
+        self.txs.pop(tid, None)
+        self.dead.put(tid, True)
+        if outcome is not None:
+            self.outcomes.put(tid, outcome)
+        return [CancelTimer(f"outcome:{tid}"), *self._wake(self.locks.release(tid))]
+
+    def on_release(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        part = self.txs.get(m["tid"])
+        if part is not None and part.coord != sender:
+            return []
+        if part is not None and part.prepared:
+            return []  # only commit or abort ends a prepared transaction
+        return self.release(m["tid"], None)
+
+    # ---- two-phase commit
+
+    def on_prepare(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        s = self.s
+        tid = m["tid"]
+        part = self.txs.get(tid)
+        if part is None or part.coord != sender or tid in self.dead:
+            return [self._vote(sender, tid, False, "it holds no locks of the transaction")]
+        parts: dict[str, list[str]] = {}
+        for table, nodes in m["parts"].items():
+            if not isinstance(nodes, list):
+                return [self._vote(sender, tid, False, "bad prepare")]
+            parts[table] = nodes
+        ops = []
+        for op in m["ops"]:
+            if not (
+                isinstance(op, list)
+                and len(op) == 3
+                and isinstance(op[0], str)
+                and isinstance(op[1], str)
+            ):
+                return [self._vote(sender, tid, False, "bad prepare op")]
+            if op[0] == SCHEMA:
+                if op[2] is not None and not (
+                    isinstance(op[2], dict) and _schema_def_ok(op[2].get("r"))
+                ):
+                    return [self._vote(sender, tid, False, "bad schema op")]
+            elif not rec.entry_ok(op[2]):
+                return [self._vote(sender, tid, False, "bad entry")]
+            ops.append(op)
+        for table in {op[0] for op in ops}:
+            if table != SCHEMA and table not in s.store:
+                return [self._vote(sender, tid, False, f"{table!r} is not active here")]
+            mine = s.running_all() if table == SCHEMA else s.write_view(table)
+            missing = mine - set(parts.get(table, ()))
+            if missing:
+                return [
+                    self._vote(
+                        sender,
+                        tid,
+                        False,
+                        f"replica set of {table!r} misses active {sorted(missing)}",
+                    )
+                ]
+        part.prepared = True
+        part.ops = ops
+        part.parts = parts
+        return [self._vote(sender, tid, True, "")]
+
+    def _vote(self, to: str, tid: str, yes: bool, why: str) -> Effect:
+        active = {} if yes else self.s.active_map()
+        return self.s.send(to, "vote", tid=tid, yes=yes, why=why, active=active)
+
+    def on_commit(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        tid = m["tid"]
+        part = self.txs.get(tid)
+        if part is None or not part.prepared:
+            if self.outcomes.get(tid) == "committed":
+                return [self.s.send(sender, "ack", tid=tid)]
+            return [Log.warning("commit for a transaction we did not prepare", tid=tid)]
+        out = self.apply_commit(tid, part)
+        return [*out, self.s.send(sender, "ack", tid=tid)]
+
+    def apply_commit(self, tid: str, part: PartTx) -> list[Effect]:
+        """Write a prepared transaction here: disc first (DiscCommit), then memory."""
+        out: list[Effect] = []
+        by_table: dict[str, list[list[Any]]] = {}
+        for table, kj, entry in part.ops:
+            by_table.setdefault(table, []).append([kj, entry])
+        for table, entries in sorted(by_table.items()):
+            if table == SCHEMA:
+                for kj, entry in entries:
+                    out += self.schema.apply(rec.key_from_json(kj), entry)
+            else:
+                out += self.writes.apply_entries(table, entries, targets=part.parts.get(table, []))
+        out += self.release(tid, "committed")
+        return out
+
+    def on_abort(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+        part = self.txs.get(m["tid"])
+        if part is not None and part.coord != sender:
+            return []
+        return self.release(m["tid"], "aborted")
+
+    def drop_all(self) -> list[Effect]:
+        """Forget every transaction here (this node reloads all its tables: autoheal)."""
+        out: list[Effect] = []
+        for tid in list(self.txs):
+            # not "aborted": another participant asking us must not conclude from our reload
+            out += self.release(tid, "forgotten")
+        return out
+
+
+def _schema_def_ok(d: Any) -> bool:
+    return d is None or sch.def_ok(d)
