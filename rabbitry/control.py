@@ -45,6 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from monitors.tls import https_client_context, serve_https
+from rabbitry.node_config import _is_loopback as is_loopback
 from supervisors import CallerError, Process
 
 log = logging.getLogger("rabbitry.control")
@@ -254,6 +255,10 @@ class ControlClient:
                 f"cannot load the CA file {cafile}: {exc}; give the cluster's CA file (PEM), "
                 "the nodes' `tls.cafile`"
             ) from None
+        if self._context is not None and cafile is not None and is_loopback(host):
+            # The node's own host (a Spark task and its executor's node): the certificate names
+            # the host's outside name, not 127.0.0.1. It must still chain to the cluster CA.
+            self._context.check_hostname = False
 
     def __repr__(self) -> str:  # never the token
         return f"<ControlClient {self.url}>"

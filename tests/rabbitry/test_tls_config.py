@@ -13,7 +13,7 @@ import pytest
 
 from rabbitry.cli import main
 from rabbitry.node_config import NodeConfigError, load_node_config
-from rabbitry.tls_gen import load_ca, make_ca, make_cert, write_cert, write_key
+from rabbitry.tls_gen import generate, load_ca, make_ca, make_cert, write_cert, write_key
 
 NODE = "a@127.0.0.1"
 COOKIE_LINE = "cookie: 0123456789abcdef0123\n"
@@ -172,3 +172,24 @@ def test_a_host_certificate_names_every_node_of_its_host(tls_dir, tmp_path, caps
     )
     with pytest.raises(NodeConfigError, match=r"does not name spark-1-2@10\.0\.0\.5"):
         load_node_config(path)
+
+
+def test_https_control_on_loopback_checks_the_ca_but_not_the_host_name(tmp_path):
+    """A Spark task reaches its executor's node on 127.0.0.1, whose certificate names the
+    worker host's outside name: the CA is checked, the host name cannot be."""
+    from monitors.tls import TlsContexts, TlsFiles
+    from rabbitry.control import ControlClient, ControlError, ControlServer
+
+    _, (files,) = generate(tmp_path / "pki", [], hosts=["10.9.9.9"])
+    tls = TlsContexts(TlsFiles(files.certfile, files.keyfile, files.cafile))
+    cookie = b"0123456789abcdef-cookie"
+    routes = {("GET", "/status"): lambda _body: {"ok": True}}
+    ref = ControlServer.start("127.0.0.1", 0, cookie, routes, tls=tls.https_server)
+    try:
+        host, port = ref.proxy().get_address().get(timeout=10)
+        assert ControlClient(host, port, cookie, cafile=files.cafile).status() == {"ok": True}
+        write_cert(tmp_path / "other.pem", make_ca("another").cert)
+        with pytest.raises(ControlError, match="--cacert"):
+            ControlClient(host, port, cookie, cafile=tmp_path / "other.pem").status()
+    finally:
+        ref.stop()
