@@ -8,6 +8,10 @@ works from any directory after `pip install -e .`. Each shows one thing:
 - Flaky does the same and crashes on purpose after `crash_after` seconds, so that you can watch
   its supervisor report the crash and restart it;
 - Idle does nothing at all until it is stopped: a placeholder child.
+
+They are PooledProcesses: their handlers are short, so they need no thread of their own, and
+a tree (or a test cluster: every node of rabbitry.testing.cluster has an Idle child) of them
+costs no threads while they wait.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import logging
 from typing import Any
 
 from supervisors.durations import parse_duration
-from supervisors.process import Process
+from supervisors.pooled import PooledProcess
 
 log = logging.getLogger("rabbitry.examples")
 
@@ -33,8 +37,8 @@ class _Tick:
 _TICK = _Tick()
 
 
-class Periodic(Process):
-    """A Process that calls `tick()` every `every` seconds, in its own thread.
+class Periodic(PooledProcess):
+    """A process that calls `tick()` every `every` seconds, on the shared pool.
 
     The timer only tells the process a message, so `tick()` runs like any other handler: an
     exception in it crashes the process. The pending timer is cancelled when the process stops,
@@ -123,7 +127,7 @@ class Flaky(Periodic):
         )
 
 
-class Idle(Process):
+class Idle(PooledProcess):
     """Does nothing until stopped. Useful as a placeholder child in a tree file."""
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
