@@ -55,10 +55,11 @@ from failover.server_core import ConfigurationServerCore
 from failover.server_watch import ServerWatch
 from monitors.bus import Bus, BusError, BusMessage, connect_bus
 from monitors.core_timers import CoreTimers, Fired
-from monitors.effects import CancelTimer, Log, SetTimer, perform_all
+from monitors.effects import perform_all
 from monitors.gossip.effects import Direct, Publish
 from monitors.node_monitor.shell import NodeEvent
 from monitors.retry_log import RetryLog
+from monitors.shell_effects import ShellEffects
 from monitors.tls import TlsContexts, TlsFiles
 from supervisors import Process
 
@@ -187,6 +188,8 @@ class _FailoverShell(Process):
         self._own_bus = False
         self._subscription: Any = None
         self._timers = CoreTimers(self)
+        # SetTimer, CancelTimer and Log (this core talks over the bus, not dist)
+        self._effects = ShellEffects(self, self._timers, log, f"failover {self.system}")
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="failover-redis")
         self._retries = RetryLog(log)  # Redis calls that keep failing: logged with back-off
 
@@ -284,6 +287,8 @@ class _FailoverShell(Process):
         perform_all(effects, self._perform_one, log, f"failover {self.system}")
 
     def _perform_one(self, effect: Any) -> None:
+        if self._effects.perform(effect):
+            return
         kind = type(effect)
         if kind is Publish or kind is Direct:
             assert self.bus is not None
@@ -294,12 +299,6 @@ class _FailoverShell(Process):
                     self.bus.send(effect.node, effect.routing_key, effect.body)
             except BusError as exc:  # the protocol's timeouts and periodic resends cover it
                 log.info("failover %s: bus send failed: %s", self.system, exc)
-        elif kind is SetTimer:
-            self._timers.set(effect.key, effect.after, effect.data)
-        elif kind is CancelTimer:
-            self._timers.cancel(effect.key)
-        elif kind is Log:
-            log.log(effect.level, "%s", effect.text, extra={"fields": effect.fields})
         elif kind is Notify:
             log.warning("failover %s: %s", self.system, effect.text)
             self._notified(effect.text)

@@ -69,7 +69,8 @@ from mnesia_like.schema_file import read_schema, schema_path, write_schema
 from mnesia_like.tx import DECISIONS
 from monitors.core_timers import CoreTimers, Fired
 from monitors.dist import Message, NetKernel, NodeDown, NodeUp
-from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
+from monitors.effects import Send
+from monitors.shell_effects import CONNECT_DONE, ShellEffects
 from supervisors import Process
 
 log = logging.getLogger("mnesia_like")
@@ -183,7 +184,7 @@ class Mnesia(Process):
         self._early: set[int] = set()  # requests whose answer may pass a pending fsync
         self._subscribers: dict[int, Any] = {}
         self._logs: dict[str, TableLog] = {}
-        self._connecting: set[str] = set()
+        self._effects: ShellEffects | None = None  # the common effects (on_start)
         self.core: MnesiaCore | None = None
         # group commit (see the module docstring): the open batch, and the one the fsync
         # thread is syncing (with its number and tickets)
@@ -218,6 +219,15 @@ class Mnesia(Process):
             merge=self._merge,
             force_load=self._force_load,
             **self._core_options,
+        )
+        self._effects = ShellEffects(
+            self,
+            self._timers,
+            log,
+            "mnesia",
+            kernel=self.kernel,
+            log_prefix="mnesia",
+            thread_prefix="mnesia-connect",
         )
         self.kernel.register(MnesiaCore.NAME, self.actor_ref)
         self.kernel.monitor_nodes(self.actor_ref)
@@ -282,7 +292,7 @@ class Mnesia(Process):
         elif isinstance(message, NodeUp):
             self._perform(core.nodeup(message.node, message.creation, now))
         elif isinstance(message, NodeDown):
-            self._connecting.discard(message.node)
+            self._common_effects().connect_over(message.node)
             self._perform(core.nodedown(message.node, message.reason, now))
         elif isinstance(message, Fired):
             if self._timers.fired(message):
@@ -295,8 +305,8 @@ class Mnesia(Process):
                 self._subscribers[id(message.target)] = message.target
             else:
                 self._subscribers.pop(id(message.target), None)
-        elif isinstance(message, tuple) and message and message[0] == "connect-done":
-            self._connecting.discard(message[1])
+        elif isinstance(message, tuple) and message and message[0] == CONNECT_DONE:
+            self._common_effects().connect_over(message[1])
         else:
             return super().on_receive(message)
         if self._syncing is None and self._open_batch is not None:
@@ -476,7 +486,13 @@ class Mnesia(Process):
         tlog = self._logs.get(table)
         return tlog if tlog is not None else self._open(table)
 
+    def _common_effects(self) -> ShellEffects:
+        assert self._effects is not None, "the store has not started"
+        return self._effects
+
     def _perform_one(self, effect: Any) -> None:
+        """One effect past the group-commit hold and the self-delivery (_perform_list): the
+        store's own here, the common ones by ShellEffects."""
         kind = type(effect)
         if kind is Reply:
             fut = self._pending.pop(effect.req_id, None)
@@ -486,21 +502,9 @@ class Mnesia(Process):
                     fut.set_exception(effect.error)
                 else:
                     fut.set_result(effect.value)
-        elif kind is Send:
-            self.kernel.send(effect.node, effect.name, effect.msg)
-        elif kind is SetTimer:
-            self._timers.set(effect.key, effect.after, effect.data)
-        elif kind is CancelTimer:
-            self._timers.cancel(effect.key)
-        elif kind is Connect:
-            self._connect(effect.node)
-        elif kind is Disconnect:
-            self.kernel.disconnect(effect.node)
-        elif kind is Log:
-            log.log(effect.level, "mnesia: %s %s", effect.text, effect.fields)
         elif kind is MnesiaEvent:
             self._notify(effect)
-        else:
+        elif not self._common_effects().perform(effect):
             log.error("mnesia: unknown effect %r dropped", effect)
 
     def _notify(self, event: MnesiaEvent) -> None:
@@ -513,21 +517,6 @@ class Mnesia(Process):
             except Exception:
                 log.warning("mnesia: subscriber %r failed; dropped", target)
                 self._subscribers.pop(key, None)
-
-    def _connect(self, node: str) -> None:
-        if node in self._connecting:
-            return
-        self._connecting.add(node)
-
-        def attempt() -> None:
-            try:
-                self.kernel.connect(node)
-            except Exception as exc:
-                log.debug("mnesia: connect to %s failed: %s", node, exc)
-            with contextlib.suppress(Exception):
-                self.actor_ref.tell(("connect-done", node))
-
-        threading.Thread(target=attempt, name=f"mnesia-connect-{node}", daemon=True).start()
 
 
 class Tx:

@@ -28,7 +28,7 @@ from typing import Any
 
 from monitors.bus import Bus, BusError, BusMessage, connect_bus
 from monitors.core_timers import CoreTimers, Fired
-from monitors.effects import CancelTimer, Log, SetTimer, perform_all
+from monitors.effects import perform_all
 from monitors.gossip import wire
 from monitors.gossip.effects import (
     Direct,
@@ -44,6 +44,7 @@ from monitors.gossip.effects import (
 )
 from monitors.gossip.gossip_core import TIMER_HEARTBEAT, GossipCore
 from monitors.node_monitor.shell import NodeEvent
+from monitors.shell_effects import ShellEffects
 from supervisors import Process
 
 __all__ = ["ElectionError", "Gossip", "Mingle", "elect", "wait_mingled"]
@@ -109,6 +110,8 @@ class Gossip(Process):
         self.bus: Bus | None = None
         self.core: GossipCore | None = None
         self._timers = CoreTimers(self)
+        # SetTimer, CancelTimer and Log (this core talks over the bus, not dist)
+        self._effects = ShellEffects(self, self._timers, log, f"gossip {self.node}")
         self._subscriptions: list[Any] = []
 
     # ---------------------------------------------------------------------- lifecycle
@@ -281,6 +284,8 @@ class Gossip(Process):
         perform_all(effects, self._perform_one, log, f"gossip {self.node}")
 
     def _perform_one(self, effect: Any) -> None:
+        if self._effects.perform(effect):
+            return
         kind = type(effect)
         bus = self.bus
         assert bus is not None
@@ -296,12 +301,6 @@ class Gossip(Process):
                 bus.send(effect.node, effect.routing_key, effect.body)
             except BusError as exc:
                 log.debug("gossip %s: send to %s failed: %s", self.node, effect.node, exc)
-        elif kind is SetTimer:
-            self._timers.set(effect.key, effect.after, effect.data)
-        elif kind is CancelTimer:
-            self._timers.cancel(effect.key)
-        elif kind is Log:
-            log.log(effect.level, "%s", effect.text, extra={"fields": effect.fields})
         elif kind in (NodeJoined, NodeLeft, NodeLost):
             level = logging.INFO if kind is NodeLost else logging.DEBUG
             log.log(level, "gossip %s: %s %s", self.node, kind.__name__, effect.node)

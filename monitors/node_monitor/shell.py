@@ -27,12 +27,13 @@ from typing import Any
 
 from monitors.core_timers import CoreTimers, Fired
 from monitors.dist import Message, NetKernel, NodeDown, NodeUp
-from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer, perform_all
+from monitors.effects import Log, Send, perform_all
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
 from monitors.node_monitor.ephemeral import ROLE_EPHEMERAL, ROLES, EphemeralMonitorCore
 from monitors.node_monitor.status import ClusterStatus, read_cluster_status, write_cluster_status
+from monitors.shell_effects import CONNECT_DONE, ShellEffects
 from supervisors import Process
 
 log = logging.getLogger("monitors.node_monitor")
@@ -107,7 +108,7 @@ class NodeMonitor(Process):
         self._core_options = core_options
         self._timers = CoreTimers(self)
         self._subscribers: dict[str, Any] = {}
-        self._connecting: set[str] = set()
+        self._effects: ShellEffects | None = None  # the common effects (on_start)
         self._store_events: list[dict[str, Any]] = []
         self._app_jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._app_thread: threading.Thread | None = None
@@ -144,6 +145,7 @@ class NodeMonitor(Process):
             target=self._app_loop, name=f"node-monitor-app-{node}", daemon=True
         )
         self._app_thread.start()
+        self._effects = ShellEffects(self, self._timers, log, "node monitor", kernel=self.kernel)
         self.kernel.register(NodeMonitorCore.NAME, self.actor_ref)
         self.kernel.monitor_nodes(self.actor_ref)
         self._perform(self.core.start(time.monotonic()))
@@ -254,7 +256,7 @@ class NodeMonitor(Process):
         elif isinstance(message, NodeUp):
             self._perform(core.nodeup(message.node, message.creation, now))
         elif isinstance(message, NodeDown):
-            self._connecting.discard(message.node)
+            self._common_effects().connect_over(message.node)
             self._perform(core.nodedown(message.node, message.reason, now))
         elif isinstance(message, Fired):
             if self._timers.fired(message):
@@ -262,8 +264,8 @@ class NodeMonitor(Process):
         elif isinstance(message, _AppDone):
             effects = core.app_started(now) if message.started else core.app_stopped(now)
             self._perform(effects)
-        elif isinstance(message, tuple) and message and message[0] == "connect-done":
-            self._connecting.discard(message[1])
+        elif isinstance(message, tuple) and message and message[0] == CONNECT_DONE:
+            self._common_effects().connect_over(message[1])
         else:
             return super().on_receive(message)
         return None
@@ -303,21 +305,15 @@ class NodeMonitor(Process):
     def _perform(self, effects: Iterable[Any]) -> None:
         perform_all(effects, self._perform_one, log, "node monitor")
 
+    def _common_effects(self) -> ShellEffects:
+        assert self._effects is not None, "the node monitor has not started"
+        return self._effects
+
     def _perform_one(self, effect: Any) -> None:
+        if self._common_effects().perform(effect):
+            return
         kind = type(effect)
-        if kind is Send:
-            self.kernel.send(effect.node, effect.name, effect.msg)
-        elif kind is SetTimer:
-            self._timers.set(effect.key, effect.after, effect.data)
-        elif kind is CancelTimer:
-            self._timers.cancel(effect.key)
-        elif kind is Connect:
-            self._connect(effect.node)
-        elif kind is Disconnect:
-            self.kernel.disconnect(effect.node)
-        elif kind is Log:
-            log.log(effect.level, "%s", effect.text, extra={"fields": effect.fields})
-        elif kind is PauseApp:
+        if kind is PauseApp:
             self._app_jobs.put(False)  # the core logs why
         elif kind is ResumeApp:
             self._app_jobs.put(True)
@@ -338,20 +334,6 @@ class NodeMonitor(Process):
     def _tell_quietly(self, message: Any) -> None:
         with contextlib.suppress(Exception):
             self.actor_ref.tell(message)
-
-    def _connect(self, node: str) -> None:
-        if node in self._connecting:
-            return  # one attempt at a time per node; the core pings again on its timer
-        self._connecting.add(node)
-
-        def attempt() -> None:
-            try:
-                self.kernel.connect(node)
-            except Exception as exc:
-                log.debug("node monitor: connect to %s failed: %s", node, exc)
-            self._tell_quietly(("connect-done", node))
-
-        threading.Thread(target=attempt, name=f"connect-{node}", daemon=True).start()
 
     def _app_loop(self) -> None:
         """Run pauses and resumes in order; report each to the core when done.
