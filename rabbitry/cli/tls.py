@@ -47,7 +47,6 @@ def register(commands: Any) -> None:
     gen.add_argument(
         "--host",
         action="append",
-        default=[],
         metavar="HOST",
         help="also make a host certificate (DNS/IP SAN only): it names every node of HOST, "
         "for nodes named at run time such as Spark executors (repeatable)",
@@ -60,6 +59,7 @@ def gen_command(args: argparse.Namespace) -> int:
     from rabbitry.node_config import NODE_NAME
     from rabbitry.tls_gen import generate
 
+    args.host = args.host or []
     if not args.nodes and not args.host:
         print("rabbitry tls gen: name at least one NODE (or --host HOST)", file=sys.stderr)
         return 2
