@@ -13,18 +13,26 @@ Here:
 
 - Every node that calls `election(id, ...)` makes a *proposal*: a fresh clock, its
   "host.pid", the topic and action, and whether it stands as a *candidate* (not while paused).
-  Every node records every proposal it hears of and acks each one, naming it (`to`,
-  `to_clock`); the ack also carries the lowest candidate the acker knows (`best`).
-- A candidate proposer decides when every node it believes alive has acked ITS proposal; the
-  winner is the lowest `(clock, "host.pid")` among the candidates it knows, from proposals and
-  from the `best` of acks. Non-candidates, paused nodes and nodes that did not ask never
-  decide. The decider broadcasts worker-elect-result; everyone adopts it, and a node that asks
-  about a decided id gets the result directly.
+  Every node records every proposal it hears of and acks each one to its proposer only
+  (Direct), naming it (`to`, `to_clock`); the ack also carries the lowest candidate the acker
+  knows (`best`). Acks are not broadcast: with N nodes asking at once, broadcast acks made
+  N x N messages reach N nodes each, and the storm cost N^3 deliveries.
+- A candidate proposer decides when every node it believes alive has acked ITS proposal, or
+  has sent it a candidacy of its own; the winner is the lowest `(clock, "host.pid")` among the
+  candidates it knows, from proposals and from the `best` of acks. Non-candidates, paused
+  nodes and nodes that did not ask never decide. The decider broadcasts worker-elect-result
+  when it won, or while some node may not decide by itself (see _maybe_decide); everyone
+  adopts it, and a node that asks about a decided id gets the result directly.
 - Why every decider picks the same winner: let m be the lowest candidate and D a decider. D
   waits for m's ack to D's proposal. If m proposed before sending that ack, the ack's `best`
   is m (or lower: impossible), so D knows m; if m proposed after receiving D's proposal, m's
-  clock is above D's and m is not the lowest. This needs m in D's alive view, so proposals
-  wait until mingle is done (a node then knows the alive ones, and its clock is above theirs).
+  clock is above D's and m is not the lowest. If D has m's candidacy from m itself, D knows m
+  without its ack, and m never proposes again (a candidacy stands), so waiting for m's ack
+  adds nothing: when every node asks at once (a storm), each decides as soon as it has the
+  others' proposals, one broadcast round, instead of after N x N acks. Only a candidacy
+  heard since m was last seen gone counts (a restarted m is a new proposer). This needs m in
+  D's alive view, so proposals wait until mingle is done (a node then knows the alive ones,
+  and its clock is above theirs).
 - A candidacy, once heard of, stands: a node that dies or is lost keeps its proposal (dropping
   it would let a late decider pick another winner than an early one, and the action could run
   twice: our simulator found exactly that). The price is Celery's: if the lowest candidate
@@ -113,6 +121,9 @@ class _Election:
     proposals: dict[str, Proposal] = field(default_factory=dict)  # "host.pid" -> proposal
     own: Proposal | None = None  # ours, once made (it stands, like everyone's)
     acks: set[str] = field(default_factory=set)  # hostnames that acked `own`
+    # hostnames whose candidacy we received from them (since they were last seen gone): as
+    # good as their ack for deciding (see ElectionCore._maybe_decide)
+    heard: set[str] = field(default_factory=set)
     topic: str = ""
     action: Any = None
     deadline: float | None = None  # set while we ask (the caller waits until then)
@@ -242,13 +253,16 @@ class ElectionCore:
             candidate=p.candidate,
         )
 
-    def _ack(self, e: _Election, p: Proposal, now: float) -> Publish:
+    def _ack(self, e: _Election, p: Proposal, now: float) -> Direct:
+        """The ack goes to the proposer only: only it counts it, and the `best` it carries
+        matters only to it (the agreement argument in the module docstring is about acks to
+        a decider). Celery broadcasts every ack, so all N x N of a storm reach all N nodes."""
         fields: dict[str, Any] = {"id": e.id, "to": p.member, "to_clock": p.clock}
         best = e.best()
         if best is not None:
             fields["best"] = [best.clock, best.hostname, best.pid]
             fields["best_topic"] = best.topic
-        return Publish(wire.ELECT_ACK, self.s.stamp(wire.ELECT_ACK, now, **fields))
+        return Direct(p.hostname, wire.ELECT_ACK, self.s.stamp(wire.ELECT_ACK, now, **fields))
 
     def _arm(self, e: _Election, now: float) -> list[GossipEffect]:
         if e.deadline is None:
@@ -314,7 +328,13 @@ class ElectionCore:
             msg["clock"], host, msg["pid"], msg["candidate"], msg["topic"], msg.get("action")
         )
         e.record(p)
+        if p.candidate:
+            e.heard.add(host)
         e.touched = now
+        if e.asking and e.own is not None and e.own.candidate:
+            # Our own candidacy (sent, and resent while we ask) counts for the proposer as
+            # our ack would: in a storm this saves N x (N - 1) acks.
+            return self._maybe_decide(e, now)
         return [self._ack(e, p, now), *self._maybe_decide(e, now)]
 
     def on_ack(self, msg: dict[str, Any], now: float) -> list[GossipEffect]:
@@ -350,15 +370,19 @@ class ElectionCore:
         own = e.own
         if not e.asking or own is None or not own.candidate or self.paused or not self.ready:
             return []
-        if self.alive - e.acks:
+        if self.alive - e.acks - e.heard:
             return []
         best = e.best()
         assert best is not None  # our own candidacy is among them
         r = Result(e.id, best.topic, best.action, best.hostname, best.pid, best.clock, now)
         out: list[GossipEffect] = [
-            Log.info("election decided", id=e.id, winner=best.member, acks=sorted(e.acks)),
-            Publish(wire.ELECT_RESULT, self._result_msg(r, now)),
+            Log.info("election decided", id=e.id, winner=best.member, acks=sorted(e.acks))
         ]
+        if best.key == own.key or self.alive - e.heard:
+            # The winner tells everyone; so does any decider while some node may not decide
+            # by itself. When every other node stands (a storm), each decides alone, and N
+            # identical results to N nodes would only add N x N deliveries.
+            out.append(Publish(wire.ELECT_RESULT, self._result_msg(r, now)))
         return out + self._adopt(r, now)
 
     def _result_msg(self, r: Result, now: float) -> dict[str, Any]:
@@ -443,6 +467,7 @@ class ElectionCore:
         self.alive.discard(node)
         for e in self.pending.values():
             e.acks.discard(node)
+            e.heard.discard(node)  # a restart of it is a new proposer, unheard
         return self._recheck(now)
 
     def set_paused(self, paused: bool, now: float) -> list[GossipEffect]:
@@ -508,6 +533,12 @@ class ElectionCore:
         return {
             "pending": sorted(self.pending),
             "asking": sorted(k for k, e in self.pending.items() if e.asking),
+            # per election we ask: the alive nodes we still need an ack or a candidacy from
+            "waiting_for": {
+                k: sorted(self.alive - e.acks - e.heard)
+                for k, e in self.pending.items()
+                if e.asking
+            },
             "decided": len(self.results),
             "paused": self.paused,
         }

@@ -29,7 +29,8 @@ def core(host: str = "a@h", pid: int = 1, alive: tuple[str, ...] = ("b@h", "c@h"
 
 
 def pubs(effects: list[Any], rk: str) -> list[dict[str, Any]]:
-    return [e.body for e in effects if isinstance(e, Publish) and e.routing_key == rk]
+    """Bodies of the messages sent with routing key `rk`, broadcast or direct."""
+    return [e.body for e in effects if isinstance(e, Publish | Direct) and e.routing_key == rk]
 
 
 def elect(host: str, pid: int, clock: int, eid: str = "e1", candidate: bool = True, **f: Any):
@@ -74,6 +75,8 @@ def test_on_elect() -> None:
     c.s.clock.value = 3
     out = c.on_elect(elect("b@h", 7, clock=5), T0)
     (a,) = pubs(out, wire.ELECT_ACK)
+    (sent,) = [e for e in out if getattr(e, "routing_key", None) == wire.ELECT_ACK]
+    assert isinstance(sent, Direct) and sent.node == "b@h"  # to the proposer only
     assert a["id"] == "e1" and a["to"] == "b@h.7" and a["to_clock"] == 5
     assert a["best"] == [5, "b@h", 7] and a["best_topic"] == "task"
     assert wire.problem(wire.ELECT_ACK, a) is None
@@ -229,10 +232,24 @@ def test_a_dead_candidate_still_stands_so_late_deciders_agree() -> None:
     c = core()
     c.on_elect(elect("b@h", 7, clock=1), T0)
     (mine,) = pubs(c.election("e1", "task", None, T0), wire.ELECT)
-    c.on_ack(ack("c@h", "a@h.1", mine["clock"]), T0)
     out = c.node_gone("b@h", T0 + 9)
+    assert not decided(out)  # c has not acked
+    out = c.on_ack(ack("c@h", "a@h.1", mine["clock"]), T0 + 9)
     assert decided(out) == [ElectionDecided("e1", "b@h", "task")]
     assert not [e for e in out if isinstance(e, RunElection)]
+
+
+def test_a_candidacy_received_counts_as_its_ack() -> None:
+    """Every node asks at once: b's and c's own proposals reach a, which then knows both
+    candidacies and decides without waiting for their acks; a restart of b (gone) undoes it."""
+    c = core()
+    (mine,) = pubs(c.election("e1", "task", None, T0), wire.ELECT)
+    assert not decided(c.on_elect(elect("b@h", 7, clock=mine["clock"] + 1), T0))
+    c.node_gone("b@h", T0)
+    c.node_joined("b@h", T0)
+    assert not decided(c.on_elect(elect("c@h", 8, clock=mine["clock"] + 2), T0))
+    out = c.on_ack(ack("b@h", "a@h.1", mine["clock"]), T0)  # b's new life acks: all covered
+    assert decided(out) == [ElectionDecided("e1", "a@h", "task")]
 
 
 def test_the_proposal_is_resent_until_the_deadline_then_a_clear_failure() -> None:
@@ -279,7 +296,7 @@ def test_reconnect_resends_our_proposal_then_our_acks() -> None:
     c.election("e1", "task", None, T0)
     c.set_ready(False, T0)
     out = c.set_ready(True, T0 + 5, resend=True)
-    rks = [e.routing_key for e in out if isinstance(e, Publish)]
+    rks = [e.routing_key for e in out if isinstance(e, Publish | Direct)]
     assert rks == [wire.ELECT, wire.ELECT_ACK]
 
 
