@@ -4,10 +4,13 @@ always on; certificates come from rabbitry.tls_gen."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +21,7 @@ from monitors.bus import BusUnavailable
 from monitors.bus.urls import parse_bus_url
 from rabbitry.tls_gen import generate
 from tests.bus.conftest import Inbox
+from tests.services import require_amqp
 
 BUILD_HINT = "install a redis-server built with TLS (Debian's redis-server 7 is)"
 
@@ -115,6 +119,85 @@ def test_rediss_without_a_client_certificate_or_with_another_ca_fails_clearly(
     _, (other,) = generate(tmp_path, ["x@127.0.0.1"])  # another CA
     with pytest.raises(BusUnavailable, match="certificate verify failed"):
         make_bus(_url(address, cafile=other.cafile), "otherca", connect_timeout=1)
+
+
+class TlsTerminator:
+    """A TLS front for the local plain RabbitMQ, as a load balancer terminating TLS would be:
+    it requires a client certificate of the CA, then pipes bytes to 127.0.0.1:5672."""
+
+    def __init__(self, server: Path, key: Path, cafile: Path) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(server, key)
+        self.context.load_verify_locations(cafile=str(cafile))
+        self.context.verify_mode = ssl.CERT_REQUIRED
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.refused: list[str] = []
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+
+    def _serve(self, raw: socket.socket) -> None:
+        try:
+            raw.settimeout(10)
+            front = self.context.wrap_socket(raw, server_side=True)
+            front.settimeout(None)
+        except (ssl.SSLError, OSError) as exc:
+            self.refused.append(str(exc))
+            raw.close()
+            return
+        back = socket.create_connection(("127.0.0.1", 5672))
+        self._socks += [front, back]
+        threading.Thread(target=self._pump, args=(back, front), daemon=True).start()
+        self._pump(front, back)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self._socks:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+@pytest.mark.amqp
+def test_amqps_bus_over_pikas_tls(make_bus, cleanup, tmp_path):
+    cleanup["amqp"].add(require_amqp())  # the exchange and queues go, through the plain port
+    _, (server, client) = generate(tmp_path, ["broker@127.0.0.1", "client@127.0.0.1"])
+    front = TlsTerminator(server.certfile, server.keyfile, server.cafile)
+    buses = []
+    try:
+        query = f"cafile={client.cafile}&certfile={client.certfile}&keyfile={client.keyfile}"
+        url = f"amqps://guest:guest@127.0.0.1:{front.port}/%2F?{query}"
+        a, b = buses = [make_bus(url, "a"), make_bus(url, "b")]
+        inbox = Inbox()
+        b.subscribe("w.#", inbox)
+        a.publish("w.tls", {"over": "amqps"})
+        assert inbox.wait(1)[0].body == {"over": "amqps"}
+        # Without a client certificate the front refuses, and the bus says so.
+        with pytest.raises(BusUnavailable, match="amqps://"):
+            make_bus(f"amqps://guest:guest@127.0.0.1:{front.port}/%2F?cafile={client.cafile}",
+                     "nocert", connect_timeout=2)  # fmt: skip
+    finally:
+        for bus in buses:
+            bus.close()
+        front.close()
 
 
 def test_amqps_url_options():
