@@ -71,6 +71,7 @@ def configure(
     ready_timeout: float = 30.0,
     leave_on_exit: bool = True,
     check: bool = True,
+    ephemeral: bool = True,
 ) -> Any:
     """Make every executor of the session run its own rabbitry node; returns the argument.
 
@@ -85,6 +86,10 @@ def configure(
       master file kept by the host's ConfigurationClient (one per host, as Beetle has).
     - `check`: render the template for a sample executor and check it as a node config now,
       on the driver (turn off if paths such as cookie_file exist only on the executors).
+    - `ephemeral`: executors' nodes are ephemeral members (`role: ephemeral`, attached to the
+      `join` seeds or the template's cluster.nodes): they never count toward a majority and
+      the core forgets them when they go. False (or `role: core` in the template) makes them
+      full members, as before.
 
     Sets spark.python.daemon.module to rabbitry.spark.daemon and passes the settings through
     spark.executorEnv.RABBITRY_SPARK. Local masters (`local[N,F]`) use the driver's Python; on
@@ -106,6 +111,7 @@ def configure(
         data_root=str(Path(data_root or Path(tempfile.gettempdir()) / "rabbitry-spark").resolve()),
         ready_timeout=float(ready_timeout),
         leave_on_exit=leave_on_exit,
+        ephemeral=bool(ephemeral),
     )
     if check:
         sample = settings.render(Identity("0", "app-check", "host", 1), 7000, 7001)

@@ -80,6 +80,7 @@ class EmbedSettings:
     )
     ready_timeout: float = 30.0
     leave_on_exit: bool = True
+    ephemeral: bool = True  # executors attach as ephemeral members (docs/membership.md)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -111,6 +112,14 @@ class EmbedSettings:
         config.setdefault("control", f"127.0.0.1:{control_port}")
         name = str(config["node"])
         config.setdefault("data_dir", str(Path(self.data_root) / _safe(name)))
+        cluster = config.get("cluster")
+        seeds = self.join or (cluster.get("nodes") if isinstance(cluster, dict) else None)
+        if self.ephemeral and seeds:
+            # An executor follows the core and never counts: it attaches to the seeds, and
+            # the core forgets it when it goes, even by SIGKILL. (No seeds: a node of its own.)
+            config.setdefault("role", "ephemeral")
+            if config["role"] == "ephemeral" and not (isinstance(cluster, dict) and cluster):
+                config["cluster"] = {"nodes": dict(self.join)}
         return config
 
 

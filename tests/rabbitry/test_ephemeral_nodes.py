@@ -11,16 +11,25 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from rabbitry.control import ControlError
 from rabbitry.testing.cluster import Cluster, ClusterFactory, faultproxy_available
+from tests.services import require_redis
 from tests.waiting import wait_until
 
 FORGET = 2.0  # cluster.forget_ephemeral_after on the core (30 s by default)
 CORE = ["a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"]
+GOSSIP = {
+    "gossip": {
+        "exchange": f"ephemeral-{uuid.uuid4().hex[:8]}",
+        "heartbeat_interval": "200ms",
+        "interval": "500ms",
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +37,10 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if not faultproxy_available():
         pytest.skip("no fault proxy server for the core cluster")
     factory = ClusterFactory(tmp_path_factory.mktemp("ephemeral") / "rabbitry-cluster")
+    GOSSIP["bus"] = require_redis()
+    config = {"cluster": {"forget_ephemeral_after": FORGET}, **GOSSIP}
     try:
-        yield factory(3, "pause_minority", config={"cluster": {"forget_ephemeral_after": FORGET}})
+        yield factory(3, "pause_minority", config=config)
     finally:
         factory.close()
 
@@ -106,3 +117,16 @@ def _rabbitry(*args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def test_gossip_revokes_and_elections_work_on_an_ephemeral_node(core: Cluster) -> None:
+    (x,) = core.add_ephemeral(1, GOSSIP, prefix="g")
+    client = core.client(x)
+    wait_until(lambda: set(client.gossip()["alive"]) >= set(CORE), f"{x} to hear the core", 20)
+    wait_until(lambda: x in core.client("a").gossip()["alive"], "the core to hear it", 20)
+    client.revoke(["task-from-an-executor"])
+    wait_until(lambda: "task-from-an-executor" in core.client("b").revoked(), "the revoke at b", 10)
+    assert client.elect("ephemeral-election", timeout=10) in [*CORE, x]
+    once = client.request("POST", "/gossip/elect_once", {"key": "k1", "timeout": 10})
+    assert once["winner"] in [*CORE, x]
+    core.kill(x)

@@ -45,8 +45,9 @@ def test_two_executors_are_two_cluster_nodes(spark_stack: Any) -> None:
     executors = spark_stack.executors
     assert len(executors) == 2 and all(n.startswith("spark-") for n in executors)
     status = spark_stack.client(spark_stack.core_name(0)).status()
-    assert set(executors) <= set(status["all"])
-    assert set(executors) <= set(status["running"])
+    # ephemeral members (the default): up, never counted among all/running
+    assert set(executors) <= set(status["ephemeral"])
+    assert not set(executors) & set(status["all"] + status["running"])
     infos = spark_stack.executor_infos()
     assert {infos[n]["sidecar_pid"] for n in executors} == {
         infos[n]["sidecar_pid"] for n in executors

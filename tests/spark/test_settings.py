@@ -99,6 +99,18 @@ def test_render_defaults_node_listen_control_and_data_dir(tmp_path: Path) -> Non
     assert config["data_dir"] == str(tmp_path / "spark-app-20260101-0007-3_127.0.0.1")
 
 
+def test_executors_are_ephemeral_members_of_the_seeds_by_default() -> None:
+    seeds = {"a@127.0.0.1": "127.0.0.1:7001"}
+    config = EmbedSettings(node={"cookie": COOKIE}, join=seeds).render(identity(), 1, 2)
+    assert config["role"] == "ephemeral" and config["cluster"] == {"nodes": seeds}
+    # opted out, by the setting or by the template; and no seeds: a node of its own
+    off = EmbedSettings(node={"cookie": COOKIE}, join=seeds, ephemeral=False)
+    assert "role" not in off.render(identity(), 1, 2)
+    core = EmbedSettings(node={"cookie": COOKIE, "role": "core"}, join=seeds)
+    assert core.render(identity(), 1, 2)["role"] == "core"
+    assert "role" not in EmbedSettings(node={"cookie": COOKIE}).render(identity(), 1, 2)
+
+
 def test_render_keeps_the_template_values() -> None:
     settings = EmbedSettings(
         node={
