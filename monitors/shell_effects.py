@@ -46,6 +46,7 @@ class ShellEffects:
         kernel: Any = None,
         log_prefix: str | None = None,
         thread_prefix: str = "connect",
+        before_connect: Callable[[str], None] | None = None,
     ) -> None:
         self._owner = owner
         self._timers = timers
@@ -54,6 +55,7 @@ class ShellEffects:
         self._kernel = kernel
         self._log_prefix = log_prefix
         self._thread_prefix = thread_prefix
+        self._before_connect = before_connect  # runs first on the connect thread (may block)
         self._connecting: set[str] = set()
         self._by_type: dict[type, Callable[[Any], None]] = {
             SetTimer: self._set_timer,
@@ -104,9 +106,12 @@ class ShellEffects:
             return  # one attempt at a time per node; the core asks again on its timer
         self._connecting.add(node)
         kernel, owner, logger, who = self._kernel, self._owner, self._log, self._who
+        before = self._before_connect
 
         def attempt() -> None:
             try:
+                if before is not None:
+                    before(node)
                 kernel.connect(node)
             except Exception as exc:
                 logger.debug("%s: connect to %s failed: %s", who, node, exc)

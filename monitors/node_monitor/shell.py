@@ -145,7 +145,14 @@ class NodeMonitor(Process):
             target=self._app_loop, name=f"node-monitor-app-{node}", daemon=True
         )
         self._app_thread.start()
-        self._effects = ShellEffects(self, self._timers, log, "node monitor", kernel=self.kernel)
+        self._effects = ShellEffects(
+            self,
+            self._timers,
+            log,
+            "node monitor",
+            kernel=self.kernel,
+            before_connect=self._before_connect if self.role == ROLE_EPHEMERAL else None,
+        )
         self.kernel.register(NodeMonitorCore.NAME, self.actor_ref)
         self.kernel.monitor_nodes(self.actor_ref)
         self._perform(self.core.start(time.monotonic()))
@@ -287,6 +294,29 @@ class NodeMonitor(Process):
             "addresses": {n: a for n, a in addresses.items() if n in status["all"]},
             "role": self.role,
         }
+
+    def _before_connect(self, node: str) -> None:
+        """On the connect thread of an ephemeral node: learn where `node` is, if need be."""
+        if node not in self.kernel.addresses():
+            self._learn_core_addresses()
+
+    def _learn_core_addresses(self) -> None:
+        """An ephemeral node seeded with part of the core learns where the other core members
+        are from a core member it reaches (the query `rabbitry cluster join` makes)."""
+        for peer in self.kernel.nodes():
+            try:
+                answer = self.kernel.call(peer, NodeMonitorCore.NAME, {"t": "cluster_query"}, 5.0)
+                addresses = answer.get("addresses", {}) if answer.get("role") == "core" else {}
+            except Exception as exc:
+                log.debug("node monitor: cluster_query to %s failed: %s", peer, exc)
+                continue
+            for member, address in addresses.items():
+                if member != self.kernel.node and member not in self.kernel.addresses():
+                    try:
+                        self.kernel.set_address(member, address)
+                    except (TypeError, ValueError) as exc:
+                        log.warning("node monitor: bad address for %s dropped: %s", member, exc)
+            return
 
     def _learn_address(self, msg: dict[str, Any]) -> None:
         node, address = msg.get("node"), msg.get("address")

@@ -130,3 +130,12 @@ def test_gossip_revokes_and_elections_work_on_an_ephemeral_node(core: Cluster) -
     once = client.request("POST", "/gossip/elect_once", {"key": "k1", "timeout": 10})
     assert once["winner"] in [*CORE, x]
     core.kill(x)
+
+
+def test_one_seed_is_enough_the_rest_of_the_core_is_learned(core: Cluster) -> None:
+    seed = {"cluster": {"nodes": {"a@127.0.0.1": f"127.0.0.1:{core.dist_ports['a@127.0.0.1']}"}}}
+    (x,) = core.add_ephemeral(1, seed, prefix="s")
+    wait_until(lambda: not core.status(x)["paused"], f"{x} to reach a majority", 30)
+    for node in CORE:
+        wait_until(lambda n=node: x in core.status(n)["ephemeral"], f"{node} to see {x}", 10)
+    core.kill(x)
