@@ -161,12 +161,23 @@ def _measure_idle(c: Cluster, row: Row, extra: list[str], counter: BusCounter, w
 
 
 def _silent_cut(c: Cluster, row: Row) -> None:
+    """Cut core node c from a and b (both ways, bytes dropped): the time until c pauses. In
+    the full-member design c may keep a majority through the other members, and never pause."""
     t0 = time.monotonic()
     c.partition(["c"], ["a", "b"])
-    c.wait_for(lambda: c.status("c")["paused"], 60, "c to pause")
-    row.cut_pause_s = time.monotonic() - t0
+    try:
+        c.wait_for(lambda: c.status("c")["paused"], 6 * NET_TICKTIME + 10, "c to pause")
+        row.cut_pause_s = time.monotonic() - t0
+    except AssertionError:
+        row.notes.append("cut from the other core nodes, c kept running (a majority of members)")
     c.heal()
-    c.wait_until_formed(timeout=120)
+
+    def whole() -> bool:
+        return all(
+            not c.status(m)["paused"] and set(CORE) <= set(c.status(m)["running"]) for m in CORE
+        )
+
+    c.wait_for(whole, 120, "the core to run again after the cut")
 
 
 def _half_kill(c: Cluster, row: Row, design: str, extra: list[str], forget: float) -> None:
