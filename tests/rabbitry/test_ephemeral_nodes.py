@@ -40,7 +40,9 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     GOSSIP["bus"] = require_redis()
     config = {"cluster": {"forget_ephemeral_after": FORGET}, **GOSSIP}
     try:
-        yield factory(3, "pause_minority", config=config)
+        c = factory(3, "pause_minority", config=config, wait=False)
+        c.wait_until_formed(timeout=60)  # a loaded machine boots slowly; it is not a failure
+        yield c
     finally:
         factory.close()
 
