@@ -14,6 +14,7 @@ import pytest
 
 from failover import messages as m
 from failover.effects import (
+    REFUSED,
     CancelTimer,
     Log,
     MakeReplica,
@@ -24,6 +25,7 @@ from failover.effects import (
     ServerInfo,
     SetMaster,
     SetTimer,
+    WatchServer,
 )
 from failover.server_core import (
     TIMER_CLIENTS,
@@ -324,6 +326,61 @@ def test_an_unanswered_check_counts_as_a_failure() -> None:
     rig.tick()
     rig.tick()  # the shell never answered the first one
     assert rig.core.retries == 1 and rig.of(QueryRedis)
+
+
+# ==================================================================== refused or no answer
+
+R1_REFUSED = {R1: REFUSED, R2: replica(R1, 8), R3: replica(R1, 9)}
+
+
+def test_the_master_is_watched_through_a_connection() -> None:
+    rig = Rig().watching()
+    assert WatchServer(R1) in rig.log
+    rig.check(HEALTHY)
+    assert not rig.of(WatchServer)  # held already: not asked for again
+
+
+def test_a_closed_connection_checks_the_master_at_once() -> None:
+    rig = Rig().watching()
+    rig.run(rig.core.connection_lost(R1, rig.now + 0.01))
+    assert rig.of(QueryRedis)  # now, not at the next tick
+    rig.answer(HEALTHY)
+    assert not rig.of(WatchServer)  # a live master that closed it: not reopened at once
+    assert rig.core.connection_lost(R1, rig.now + 0.02) == []  # one check per connection
+    rig.check(HEALTHY, dt=1.5)  # a retry interval later, it is
+    assert rig.of(WatchServer) == [WatchServer(R1)]
+
+
+def test_a_refused_check_starts_the_round_at_once() -> None:
+    """The process is gone: the remaining retries would only wait. The clients still answer
+    ping and invalidate (each checks the master itself) before anything is promoted."""
+    rig = Rig(master_retries=5).watching()
+    rig.check(R1_REFUSED)
+    assert rig.core.phase == "pinging" and rig.sent(m.PING)
+    assert rig.notes() == ["Redis master 'r1:6379' not available"]
+    assert WatchServer(None) in rig.out
+    assert not rig.of(Promote)
+
+
+def test_no_answer_keeps_the_deliberate_checks() -> None:
+    rig = Rig(master_retries=3).watching()
+    rig.check(R1_DOWN)  # None: no answer (hung, or host or link down)
+    rig.check(R1_DOWN)
+    assert rig.core.phase == "watching" and rig.core.retries == 2 and not rig.sent(m.PING)
+
+
+def test_after_a_cancelled_round_a_refusal_is_an_ordinary_failure() -> None:
+    """A path that refuses the RCS alone: the clients refuse to invalidate, the round is
+    cancelled, and then refusals count one by one until the master passes a check."""
+    rig = Rig(master_retries=3).watching()
+    rig.check(R1_REFUSED)
+    rig.tick(TIMER_CLIENTS, 2.0)  # nobody answered: cancelled
+    assert rig.core.phase == "watching"
+    rig.check(R1_REFUSED)
+    assert rig.core.phase == "watching" and rig.core.retries == 1
+    rig.check(HEALTHY)
+    rig.check(R1_REFUSED)
+    assert rig.core.phase == "pinging"  # trusted again after a good check
 
 
 # ==================================================================== the invalidation round
