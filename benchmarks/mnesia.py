@@ -30,11 +30,21 @@
    get it asynchronously. So with 3 replicas the run also waits until every replica has the
    last write of every client, and reports the rate up to then as "replicated".
 
-Parts: appends, load, tx, dirty (default: all). Ratios are ours/Redis (our aim >= 1.0: the issue names Redis as the baseline, no goal).
+5. Against a replicated anchor (part "etcd"): the transactions of figure 3 on 3 disc
+   replicas next to a 3-member etcd cluster (Raft, WAL fsync per commit; Debian's
+   etcd-server, found on PATH or installed with apt-get, see etcd_anchor.py) on loopback, driven
+   through its HTTP/JSON gateway with the same client threads, each with its own keep-alive
+   connection to the leader: etcd `put` (its write rate, the anchor) and a counter increment
+   as etcd does one (range, then a txn that puts value + 1 if the mod_revision is unchanged,
+   retried on a conflict). Ratios are ours/etcd (our aim >= 1.0 with p99 no worse). Our
+   three stores and the clients share one Python process (one GIL); etcd's members are
+   three Go processes, so this favours etcd on a machine with more cores than 2.
+
+Parts: appends, load, tx, dirty, etcd (default: all but etcd). Ratios are ours/Redis (our aim >= 1.0: the issue names Redis as the baseline, no goal).
 
 Usage: python benchmarks/mnesia.py [--quick] [--part appends|load|tx|dirty] [--rounds 3]
            [--commits 2000] [--records 100000] [--seconds 3] [--clients 1,4]
-           [--replicas 1,3] [--shared-keys 0] [--profile out.prof]
+           [--replicas 1,3] [--shared-keys 0] [--etcd-clients 1,4,16] [--profile out.prof]
            [--dir /path/on/the/disc/to/measure]
 """
 
@@ -61,6 +71,8 @@ from typing import Any
 
 import pykka
 import redis
+from etcd_anchor import EtcdCluster, etcd_cluster, find_etcd
+from etcd_anchor import version as etcd_version
 
 from mnesia_like import Mnesia, Schema
 from mnesia_like.disc_log import TableLog
@@ -486,6 +498,86 @@ def bench_store(
     print(f"-- {what}: {load_note()} at end  [{rounds} rounds of {seconds:g} s]")
 
 
+def etcd_put_run(etcd: EtcdCluster, threads: int, seconds: float, base: int) -> Run:
+    """etcd puts of one small value per call (acknowledged once a quorum fsynced it)."""
+    values = [json.dumps(entry(i), separators=(",", ":")) for i in range(100)]
+    return run_clients(
+        threads, seconds, lambda t, i: etcd.client().put(f"k{base + t}-{i % 50}", values[i % 100])
+    )
+
+
+def etcd_tx_run(etcd: EtcdCluster, threads: int, seconds: float, base: int) -> Run:
+    """Counter increments as etcd does them: range, then a compare-on-revision txn."""
+    attempts = [0] * threads
+
+    def op(t: int, i: int) -> None:
+        attempts[t] += etcd.client().increment(f"c{base + t}-{i % 50}")
+
+    run = run_clients(threads, seconds, op)
+    run.restarts = sum(attempts) - run.ops
+    return run
+
+
+def _median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
+
+
+def report_etcd(label: str, ours: list[Run], put: list[Run], txn: list[Run]) -> None:
+    """Our median round against etcd's put and increment rounds: rates, p50/p99, ratios."""
+    o, p, t = _median_run(ours), _median_run(put), _median_run(txn)
+    restarts = sum(r.restarts for r in ours)
+    print(
+        f"{label}: {o.rate:,.0f} tx/s  p50 {ms(o.pct(0.5))}  p99 {ms(o.pct(0.99))}"
+        f"  restarts {restarts} in {sum(r.ops for r in ours):,} tx"
+    )
+    for name, theirs in (("put", p), ("increment (range + txn)", t)):
+        ratio = o.rate / theirs.rate
+        print(
+            f"    etcd {name}: {theirs.rate:,.0f}/s  p50 {ms(theirs.pct(0.5))}  "
+            f"p99 {ms(theirs.pct(0.99))};  ratio ours/etcd = {ratio:.2f} ({verdict(ratio)}), "
+            f"p99 x{o.pct(0.99) / theirs.pct(0.99):.1f}"
+        )
+
+
+def bench_etcd(root: Path, *, rounds: int, seconds: float, clients: list[int]) -> None:
+    """Figure 5: our transactions on 3 disc replicas against a 3-member etcd cluster; rounds
+    alternate ours / etcd put / etcd increment."""
+    try:
+        binary = find_etcd()
+    except RuntimeError as exc:
+        print(f"-- etcd: skipped: {exc}")
+        return
+    print(f"-- etcd: {etcd_version(binary)}, 3 members; {load_note()} at start")
+    with store_cluster(root, 3) as dbs, etcd_cluster(root / "etcd", 3) as etcd:
+        base = 1000
+        committed = 0
+        for threads in clients:  # warm up both
+            committed += tx_run(dbs[0], threads, 0.3, 0, base).ops
+            etcd_put_run(etcd, threads, 0.3, base)
+            etcd_tx_run(etcd, threads, 0.3, base)
+            base += threads
+        ours: dict[int, list[Run]] = {c: [] for c in clients}
+        put: dict[int, list[Run]] = {c: [] for c in clients}
+        txn: dict[int, list[Run]] = {c: [] for c in clients}
+        for _ in range(rounds):
+            for threads in clients:
+                base += threads
+                ours[threads].append(tx_run(dbs[0], threads, seconds, 0, base))
+                put[threads].append(etcd_put_run(etcd, threads, seconds, base))
+                txn[threads].append(etcd_tx_run(etcd, threads, seconds, base))
+        committed += sum(r.ops for runs in ours.values() for r in runs)
+        check_counters(dbs, committed)
+        for threads in clients:
+            report_etcd(
+                f"tx (read + write 1 record), 3 disc replicas, {threads} client"
+                f"{'s' if threads > 1 else ''}",
+                ours[threads],
+                put[threads],
+                txn[threads],
+            )
+    print(f"-- etcd: {load_note()} at end  [{rounds} rounds of {seconds:g} s]")
+
+
 def profile_tx(root: Path, replicas: int, seconds: float, out: Path | None) -> None:
     """cProfile of every thread (stores, kernels, connections, the client) while 1 client runs
     transactions: each thread started from here on gets its own profiler, merged at the end."""
@@ -515,7 +607,8 @@ def profile_tx(root: Path, replicas: int, seconds: float, out: Path | None) -> N
     stats.sort_stats("tottime").print_stats(30)
 
 
-PARTS = ("appends", "load", "tx", "dirty")
+PARTS = ("appends", "load", "tx", "dirty", "etcd")
+DEFAULT_PARTS = ("appends", "load", "tx", "dirty")  # etcd: asked for by name
 
 
 def ints(text: str) -> list[int]:
@@ -538,6 +631,9 @@ def main() -> int:
         "--shared-keys", type=int, default=0, help="tx: all clients bump these N keys (conflicts)"
     )
     parser.add_argument(
+        "--etcd-clients", type=ints, default=[1, 4, 16], help="etcd part: client threads"
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -549,7 +645,7 @@ def main() -> int:
     args = parser.parse_args()
     rounds, commits = (1, 300) if args.quick else (args.rounds, args.commits)
     seconds = min(args.seconds, 1.0) if args.quick else args.seconds
-    parts = args.part or list(PARTS)
+    parts = args.part or list(DEFAULT_PARTS)
     root = Path(tempfile.mkdtemp(prefix="bench-mnesia-", dir=args.dir))
     version = subprocess.run(
         ["redis-server", "--version"], capture_output=True, text=True, check=False
@@ -570,6 +666,8 @@ def main() -> int:
                 bench_appends(root, client, rounds, commits)
             if "load" in parts:
                 bench_load(root, rounds, args.records)
+            if "etcd" in parts:
+                bench_etcd(root, rounds=rounds, seconds=seconds, clients=args.etcd_clients)
             for what in ("tx", "dirty"):
                 if what in parts:
                     bench_store(
