@@ -9,7 +9,7 @@ the exchange and the message name as the routing key):
 Everything is a broadcast, as in Beetle: the active RCS may move from host to host, and a
 standby RCS learns what it needs (heartbeats, the announced master) by listening.
 
-Every body is a versioned JSON object (DESIGN principle 4) with one head:
+Every body is a versioned JSON object (docs/architecture.md, rule 4) with one head:
 
     {"v": 1, "type": "pong", "system": "cluster1", "sender": "rcc-1",
      "term": 3, "token": 1700000000123, ...fields of the type}

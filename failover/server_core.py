@@ -1,6 +1,6 @@
 """ConfigurationServerCore: Beetle's Redis configuration server (RCS), as a pure core.
 
-Beetle's flow (reference: celery_beetle.md §3, seeds/003): the RCS watches the Redis master;
+Beetle's flow (xing/beetle's REDIS_AUTO_FAILOVER.md): the RCS watches the Redis master;
 after `master_retries` failed checks it pings every configured RCC with a new token, waits for
 a pong from ALL of them, sends invalidate (new token), waits for client_invalidated from ALL of
 them (each RCC has emptied its master file by then, so no worker uses the old master any

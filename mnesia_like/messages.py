@@ -2,7 +2,7 @@
 
 Every message is a JSON object `{"v": 1, "t": type, "l": lamport, ...}`. `problem()` describes
 what is wrong with one (unknown type, missing or mistyped field); the core logs that and drops
-the message, it never raises on network input (DESIGN.md principle 4). Entries and schema
+the message, it never raises on network input (docs/architecture.md, rule 4). Entries and schema
 definitions inside are checked where they are used.
 """
 

@@ -668,7 +668,7 @@ class Schema:
     def dirty_select(self, table: str, spec: dict[str, Any]) -> list[Any]:
         return self._call("dirty_select", table=table, spec=spec)
 
-    # Mnesia's names without the prefix, as DESIGN.md lists them
+    # Mnesia's names without the prefix, as the public API (mnesia_like/__init__.py) lists them
     read = dirty_read
     write = dirty_write
 

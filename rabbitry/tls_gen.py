@@ -1,7 +1,7 @@
 """`rabbitry tls gen`: a CA and one certificate per node, as RabbitMQ's tls-gen makes them.
 
 Each node certificate names its node twice: a URI SAN `rabbitry://name@host` (so that it is
-accepted for that node only, DESIGN.md "TLS") and a DNS or IP SAN `host` (so that HTTPS
+accepted for that node only, docs/tls.md) and a DNS or IP SAN `host` (so that HTTPS
 clients, which match host names, accept it for the control API and metrics). Keys are EC
 P-256: small, and a handshake costs a fraction of an RSA one. Private keys are written with
 mode 0600 before any byte of them is. Tests use the same functions to make bad certificates

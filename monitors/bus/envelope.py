@@ -3,7 +3,7 @@
     {"v": 1, "id": "<hex>", "from": "<node>", "rk": "<routing key>", "ts": <wall clock>,
      "to": "<node>" (direct sends only), "body": {...}}
 
-JSON, never pickle (DESIGN principle 4): a frame from the broker is input from anyone who can
+JSON, never pickle (docs/architecture.md, rule 4): a frame from the broker is input from anyone who can
 reach the broker. Decoding checks everything and raises BadFrame with a reason the bus logs.
 """
 

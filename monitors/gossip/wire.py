@@ -1,6 +1,6 @@
 """The messages of mingle, gossip and elections: routing keys, stamping, validation, chunking.
 
-Every message is a versioned JSON object (DESIGN principle 4) with a common head:
+Every message is a versioned JSON object (docs/architecture.md, rule 4) with a common head:
 
     {"v": 1, "type": "worker-heartbeat", "hostname": "a@h", "pid": 4711,
      "clock": 17, "ts": 1700000000.25, ...fields of the type...}

@@ -1,6 +1,6 @@
 """`partition_handling:` from a node config, as RabbitMQ's `cluster_partition_handling`.
 
-The accepted forms (DESIGN.md, "The node, from the outside")::
+The accepted forms (docs/node.md has them in a whole config file)::
 
     partition_handling: ignore            # the default, as in RabbitMQ
     partition_handling: pause_minority

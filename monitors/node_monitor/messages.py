@@ -3,7 +3,7 @@
 Every message is a JSON object with a type `t` and the sender's creation `c` (so a message from
 an incarnation that has since restarted can be told apart and dropped). Bad input (unknown
 type, missing field, wrong type, oversized list) is described by `problem()`; the core logs it
-and drops the message, it never raises (DESIGN.md principle 4).
+and drops the message, it never raises (docs/architecture.md, rule 4).
 """
 
 from __future__ import annotations

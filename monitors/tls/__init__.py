@@ -1,4 +1,4 @@
-"""TLS for a node's links (DESIGN.md "TLS"): the `tls:` files, the SSL contexts built from
+"""TLS for a node's links (docs/tls.md): the `tls:` files, the SSL contexts built from
 them (rebuilt when the files change), which node a certificate names, and HTTPS for the
 node's small HTTP servers.
 

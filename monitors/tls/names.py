@@ -2,7 +2,7 @@
 
 A URI SAN `rabbitry://name@host` names exactly that node, and a certificate with one is
 accepted for no other. A certificate without one names every node on its host, through a DNS
-or IP SAN equal to the host part of the node name (DESIGN.md "TLS"). The SANs are handled in
+or IP SAN equal to the host part of the node name (docs/tls.md). The SANs are handled in
 the shape `ssl.SSLObject.getpeercert()` gives them: (("DNS", "h"), ("IP Address", "1.2.3.4"),
 ("URI", "rabbitry://a@h"), ...), so the check is the same for a peer and for our own file.
 """

@@ -1,4 +1,4 @@
-"""Dist over mutual TLS 1.3 (DESIGN.md "TLS"): real certificates from rabbitry.tls_gen, real
+"""Dist over mutual TLS 1.3 (docs/tls.md): real certificates from rabbitry.tls_gen, real
 sockets, verification always on. A recording proxy shows that nothing readable crosses the
 link; bad clients are turned away with a clear line while the node keeps serving its peers;
 a plain node and a TLS node each say why they cannot talk; a CA is rotated in two steps
