@@ -541,4 +541,9 @@ class ElectionCore:
             },
             "decided": len(self.results),
             "paused": self.paused,
+            # the last few decided, newest first, for the management page
+            "last": [
+                {"id": r.id, "topic": r.topic, "winner": r.winner, "at": r.at}
+                for r in list(self.results.values())[-5:][::-1]
+            ],
         }

@@ -205,6 +205,7 @@ function renderGossip(s) {
     ["bus", g.connected ? "connected" : "disconnected"],
     ["elections pending", (e.pending || []).join(", ") || "none"],
     ["elections decided", e.decided ?? "—"],
+    ["last elections", (e.last || []).map((r) => `${r.id}: ${short(r.winner)}`).join(", ") || "none"],
   ]);
 }
 
