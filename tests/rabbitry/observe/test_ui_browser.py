@@ -152,3 +152,34 @@ def test_a_used_or_expired_login_link_is_refused(
         expect(page.locator("h1")).to_have_text("Not logged in")
     finally:
         second.close()
+
+
+def test_an_ephemeral_member_is_shown_and_counted(
+    browser: Any, observed_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Last in this package: the ephemeral member stays attached until the session ends."""
+    from playwright.sync_api import expect
+
+    from tests.rabbitry.observe.conftest import metrics_address
+    from tests.rabbitry.observe.test_metrics_node import samples, scrape
+
+    c = observed_cluster
+    (name,) = c.add_ephemeral(1)
+    c.wait_for(lambda: name in c.status("a").get("ephemeral", []), 20, f"a to see {name}")
+
+    def ephemeral_count() -> float:
+        family = scrape(metrics_address(c, "a"))[0]["rabbitry_cluster_members"]
+        return samples(family)[(("role", "ephemeral"),)]
+
+    c.wait_for(lambda: ephemeral_count() == 1.0, 10, "the ephemeral member counted")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(login_url(c, "a"))
+        row = page.locator(f'#members tr[data-node="{name}"]')
+        expect(row).to_have_attribute("data-state", "running")
+        expect(row.locator("td").nth(1)).to_have_text("ephemeral")
+        expect(page.locator("#members tbody tr")).to_have_count(4)
+        shot(page, tmp_path, "ui-ephemeral")
+    finally:
+        context.close()
