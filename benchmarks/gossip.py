@@ -20,9 +20,11 @@
    is, and receive ~0.5 x N/s (every heartbeat reaches every node, as in Celery).
 
 All nodes run in this process (one GIL for all: with 50 nodes the figures include the other
-49 nodes' work on every message). Logs go to a temp file (printed).
+49 nodes' work on every message). `--parts mingle-procs` times the same joins with the peers
+in processes of their own, as deployed, next to the one-process figure of the same run.
+Logs go to a temp file (printed).
 
-Usage: python benchmarks/gossip.py [--quick] [--parts mingle,celery,election,load]
+Usage: python benchmarks/gossip.py [--quick] [--parts mingle,mingle-procs,celery,election,load]
            [--redis URL] [--amqp URL] [--peers 2,10,50] [--backends redis,amqp]
 """
 
@@ -182,6 +184,74 @@ def bench_mingle(url: str, n_peers: int, repeats: int) -> MingleFigures:
             incomplete += t < 0
             mingles.append(abs(t))
     return MingleFigures(median_ms(starts), median_ms(mingles), incomplete)
+
+
+# A peer in a process of its own (mingle-procs): as deployed, one node per process, so the
+# peers' work is not serialized behind one GIL. It prints READY once mingled, and stops when
+# its stdin closes.
+PEER_PROCESS = """
+import sys
+from monitors.gossip import Gossip, wait_mingled
+url, exchange, name, beat = sys.argv[1:5]
+ref = Gossip.start(url, name, exchange=exchange, heartbeat_interval=float(beat))
+if not wait_mingled(ref, 30):
+    sys.exit("did not mingle")
+print("READY", flush=True)
+sys.stdin.read()
+ref.stop()
+"""
+
+
+def bench_mingle_processes(url: str, n_peers: int, repeats: int) -> MingleFigures:
+    """bench_mingle with n_peers - 1 peers in processes of their own, plus one in this process
+    (it watches the joiner leave between joins)."""
+    exchange = f"bench-{uuid.uuid4().hex[:8]}"
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i in range(n_peers - 1):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", PEER_PROCESS, url, exchange, f"q{i}@bench",
+                     str(PEER_HEARTBEAT)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                )
+            )  # fmt: skip
+        for proc in procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "READY":
+                raise RuntimeError("a peer process did not start")
+        watcher = Gossip.start(
+            url, "watcher@bench", exchange=exchange, heartbeat_interval=PEER_HEARTBEAT
+        )
+        try:
+            wait_for(lambda: len(alive(watcher)) == n_peers - 1, 60, "the peers to see each other")
+            starts: list[float] = []
+            mingles: list[float] = []
+            incomplete = 0
+            for k in range(repeats):
+                t = join_once(url, exchange, f"pjoin{k}@bench", [watcher] * n_peers, None)
+                incomplete += t < 0
+                starts.append(abs(t))
+                bus = connect_bus(
+                    url, f"pmingle{k}@bench", exchange=exchange, heartbeat_interval=PEER_HEARTBEAT
+                )
+                t = join_once(url, exchange, f"pmingle{k}@bench", [watcher] * n_peers, bus)
+                incomplete += t < 0
+                mingles.append(abs(t))
+        finally:
+            watcher.stop()
+        return MingleFigures(median_ms(starts), median_ms(mingles), incomplete)
+    finally:
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                assert proc.stdin is not None
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 # ------------------------------------------------------------------------------ Celery baseline
@@ -443,6 +513,33 @@ def run_mingle(args: argparse.Namespace, summary: Summary, celery_s: float, labe
             )
 
 
+def run_mingle_processes(
+    args: argparse.Namespace, summary: Summary, celery_s: float, label: str
+) -> None:
+    problem = reachable(args.redis)
+    if problem:
+        print(f"mingle with peer processes: skipped ({problem})")
+        return
+    for n in args.peers:
+        in_one = bench_mingle(args.redis, n, args.repeats)
+        apart = bench_mingle_processes(args.redis, n, args.repeats)
+        print(
+            f"mingle on redis, {n} peers: {apart.mingle_ms:.1f} ms with the peers in processes of "
+            f"their own, {in_one.mingle_ms:.1f} ms with all in this process (same run)  "
+            f"[median of {args.repeats}; incomplete {apart.incomplete}/{in_one.incomplete}]"
+        )
+        print(
+            f"  ratio apart/one-process = {apart.mingle_ms / in_one.mingle_ms:.2f}; "
+            f"apart/celery = {apart.mingle_ms / 1000 / celery_s:.3f} ({label}); "
+            f"apart/goal = {apart.mingle_ms / GOAL_MS:.2f} (goal <= {GOAL_MS:.0f} ms)"
+        )
+        summary.add(
+            f"mingle redis {n} peers, peer processes",
+            f"{apart.mingle_ms:.1f} ms",
+            f"one process {in_one.mingle_ms:.1f} ms; goal {GOAL_MS:.0f} ms",
+        )
+
+
 def run_celery(args: argparse.Namespace, summary: Summary) -> tuple[float, str]:
     problem = reachable(args.redis)
     if problem:
@@ -513,7 +610,7 @@ def run_load(args: argparse.Namespace, summary: Summary) -> None:
         )
 
 
-PARTS = ("mingle", "celery", "election", "load")
+PARTS = ("mingle", "mingle-procs", "celery", "election", "load")
 
 
 def main() -> int:
@@ -548,6 +645,8 @@ def main() -> int:
         celery_s, label = run_celery(args, summary)
     if "mingle" in parts:
         run_mingle(args, summary, celery_s, label)
+    if "mingle-procs" in parts:
+        run_mingle_processes(args, summary, celery_s, label)
     if "election" in parts:
         run_election(args, summary)
     if "load" in parts:
