@@ -44,7 +44,8 @@ Parts: appends, load, tx, dirty, etcd (default: all but etcd). Ratios are ours/R
 
 Usage: python benchmarks/mnesia.py [--quick] [--part appends|load|tx|dirty] [--rounds 3]
            [--commits 2000] [--records 100000] [--seconds 3] [--clients 1,4]
-           [--replicas 1,3] [--shared-keys 0] [--etcd-clients 1,4,16] [--profile out.prof]
+           [--replicas 1,3] [--shared-keys 0] [--etcd-clients 1,4,16] [--wread]
+           [--profile out.prof]
            [--dir /path/on/the/disc/to/measure]
 """
 
@@ -353,8 +354,11 @@ def store_cluster(root: Path, replicas: int) -> Iterator[list[Schema]]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def tx_run(db: Schema, threads: int, seconds: float, shared_keys: int, base: int) -> Run:
-    """Counter increments as transactions: read one record, write it back + 1."""
+def tx_run(
+    db: Schema, threads: int, seconds: float, shared_keys: int, base: int, *, wread: bool = False
+) -> Run:
+    """Counter increments as transactions: read one record, write it back + 1 (with `wread`,
+    the read takes the write lock, Mnesia's idiom for a read-modify-write: one lock round)."""
     attempts = [0] * threads
 
     def op(t: int, i: int) -> None:
@@ -362,7 +366,7 @@ def tx_run(db: Schema, threads: int, seconds: float, shared_keys: int, base: int
 
         def bump(tx: Any) -> None:
             attempts[t] += 1
-            row = tx.read(TABLE, key)
+            row = tx.wread(TABLE, key) if wread else tx.read(TABLE, key)
             tx.write(TABLE, {"key": key, "value": (row["value"] if row else 0) + 1})
 
         db.transaction(bump)
@@ -461,6 +465,7 @@ def bench_store(
     clients: list[int],
     replicas: list[int],
     shared_keys: int,
+    wread: bool = False,
 ) -> None:
     """Figures 3 (what="tx") and 4 (what="dirty"): rounds alternate ours / Redis SET."""
     print(f"-- {what}: {load_note()} at start")
@@ -470,7 +475,7 @@ def bench_store(
             committed = 0
             for threads in clients:  # warm up: connections, first fsyncs, code paths
                 if what == "tx":
-                    committed += tx_run(dbs[0], threads, 0.3, shared_keys, base).ops
+                    committed += tx_run(dbs[0], threads, 0.3, shared_keys, base, wread=wread).ops
                 else:
                     dirty_run(dbs, threads, 0.3, base)
             ours: dict[int, list[Run]] = {c: [] for c in clients}
@@ -479,7 +484,9 @@ def bench_store(
                 for threads in clients:
                     base += threads
                     if what == "tx":
-                        ours[threads].append(tx_run(dbs[0], threads, seconds, shared_keys, base))
+                        ours[threads].append(
+                            tx_run(dbs[0], threads, seconds, shared_keys, base, wread=wread)
+                        )
                     else:
                         ours[threads].append(dirty_run(dbs, threads, seconds, base))
                     theirs[threads].append(redis_set_run(client, threads, seconds))
@@ -487,7 +494,11 @@ def bench_store(
                 committed += sum(r.ops for runs in ours.values() for r in runs)
                 check_counters(dbs, committed)
             for threads in clients:
-                kind = "tx (read + write 1 record)" if what == "tx" else "dirty_write (1 record)"
+                kind = (
+                    f"tx ({'wread' if wread else 'read'} + write 1 record)"
+                    if what == "tx"
+                    else "dirty_write (1 record)"
+                )
                 report(
                     f"{kind}, {n} disc replica{'s' if n > 1 else ''}, {threads} client"
                     f"{'s' if threads > 1 else ''}",
@@ -539,7 +550,9 @@ def report_etcd(label: str, ours: list[Run], put: list[Run], txn: list[Run]) -> 
         )
 
 
-def bench_etcd(root: Path, *, rounds: int, seconds: float, clients: list[int]) -> None:
+def bench_etcd(
+    root: Path, *, rounds: int, seconds: float, clients: list[int], wread: bool = False
+) -> None:
     """Figure 5: our transactions on 3 disc replicas against a 3-member etcd cluster; rounds
     alternate ours / etcd put / etcd increment."""
     try:
@@ -552,7 +565,7 @@ def bench_etcd(root: Path, *, rounds: int, seconds: float, clients: list[int]) -
         base = 1000
         committed = 0
         for threads in clients:  # warm up both
-            committed += tx_run(dbs[0], threads, 0.3, 0, base).ops
+            committed += tx_run(dbs[0], threads, 0.3, 0, base, wread=wread).ops
             etcd_put_run(etcd, threads, 0.3, base)
             etcd_tx_run(etcd, threads, 0.3, base)
             base += threads
@@ -562,14 +575,15 @@ def bench_etcd(root: Path, *, rounds: int, seconds: float, clients: list[int]) -
         for _ in range(rounds):
             for threads in clients:
                 base += threads
-                ours[threads].append(tx_run(dbs[0], threads, seconds, 0, base))
+                ours[threads].append(tx_run(dbs[0], threads, seconds, 0, base, wread=wread))
                 put[threads].append(etcd_put_run(etcd, threads, seconds, base))
                 txn[threads].append(etcd_tx_run(etcd, threads, seconds, base))
         committed += sum(r.ops for runs in ours.values() for r in runs)
         check_counters(dbs, committed)
         for threads in clients:
             report_etcd(
-                f"tx (read + write 1 record), 3 disc replicas, {threads} client"
+                f"tx ({'wread' if wread else 'read'} + write 1 record), 3 disc replicas, "
+                f"{threads} client"
                 f"{'s' if threads > 1 else ''}",
                 ours[threads],
                 put[threads],
@@ -634,6 +648,11 @@ def main() -> int:
         "--etcd-clients", type=ints, default=[1, 4, 16], help="etcd part: client threads"
     )
     parser.add_argument(
+        "--wread",
+        action="store_true",
+        help="tx and etcd parts: read with the write lock (Mnesia's wread): one lock round",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -667,7 +686,13 @@ def main() -> int:
             if "load" in parts:
                 bench_load(root, rounds, args.records)
             if "etcd" in parts:
-                bench_etcd(root, rounds=rounds, seconds=seconds, clients=args.etcd_clients)
+                bench_etcd(
+                    root,
+                    rounds=rounds,
+                    seconds=seconds,
+                    clients=args.etcd_clients,
+                    wread=args.wread,
+                )
             for what in ("tx", "dirty"):
                 if what in parts:
                     bench_store(
@@ -679,6 +704,7 @@ def main() -> int:
                         clients=args.clients,
                         replicas=args.replicas,
                         shared_keys=args.shared_keys,
+                        wread=args.wread,
                     )
     finally:
         shutil.rmtree(root, ignore_errors=True)
