@@ -59,7 +59,10 @@ def register(commands: Any) -> None:
     status.set_defaults(handler=status_command, help_parser=status)
 
     join = sub.add_parser(
-        "join", help="join the cluster of NODE, reached at ADDRESS", formatter_class=HelpFormatter
+        "join",
+        help="join the cluster of NODE, reached at ADDRESS (an ephemeral node attaches to "
+        "it instead: it never becomes a member)",
+        formatter_class=HelpFormatter,
     )
     join.add_argument("node", help="a member of the cluster to join, such as b@127.0.0.1")
     join.add_argument("address", help="how this node reaches it, host:port of its dist listener")

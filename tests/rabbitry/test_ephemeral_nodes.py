@@ -21,6 +21,8 @@ from rabbitry.testing.cluster import Cluster, ClusterFactory, faultproxy_availab
 from tests.services import require_redis
 from tests.waiting import wait_until
 
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
 FORGET = 2.0  # cluster.forget_ephemeral_after on the core (30 s by default)
 CORE = ["a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"]
 GOSSIP = {
