@@ -335,6 +335,7 @@ class Cluster:
                     short,
                     [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
                     cwd=str(self.root),
+                    ready_timeout=120.0,  # dozens booting at once on a small machine
                 )
                 specs.append(self._specs[name])
         self.ephemeral += names
