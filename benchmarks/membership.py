@@ -134,7 +134,7 @@ def _attach(c: Cluster, design: str, n: int, gossip: dict[str, Any]) -> list[str
     extra = c.add_ephemeral(n, {**gossip, "role": "core"}, prefix="f")
     address = f"{HOST}:{c.dist_ports['a@127.0.0.1']}"
     for x in extra:
-        c.wait_for(lambda x=x: c.client(x).join("a@127.0.0.1", address), 60, f"{x} to join")
+        c.wait_for(lambda x=x: c.client(x).join("a@127.0.0.1", address), 300, f"{x} to join")
     c.wait_for(lambda: len(c.status("a")["running"]) == 3 + n, 600, f"{n} members running")
     return extra
 
@@ -240,9 +240,10 @@ def table(rows: list[Row], forget: float) -> str:
         cpu_ratio = r.core_cpu / b.core_cpu if b and b.core_cpu and r.core_cpu else None
         cut_ratio = r.cut_pause_s / b.cut_pause_s if b and b.cut_pause_s and r.cut_pause_s else None
         extra = "-" if r.conns_extra is None else f"{r.conns_extra[0]:.1f}/{r.conns_extra[1]}"
-        forgotten = (
-            "-" if not r.n else ("never" if r.forgotten_s is None else f"{r.forgotten_s:.1f}")
-        )
+        if not r.n or r.kill_paused is None:  # N = 0, or the run broke before the kill
+            forgotten = "-"
+        else:
+            forgotten = "never" if r.forgotten_s is None else f"{r.forgotten_s:.1f}"
         lines.append(
             f"| {r.design} | {r.n} | {_fmt(r.attach_s, '.1f')} | {extra} | "
             f"{_fmt(r.conns_core, '.1f')} | {_fmt(r.core_cpu, '.4f')} | {_fmt(cpu_ratio)} | "
