@@ -5,8 +5,11 @@ pool's run queue once; a worker thread takes it, runs one turn of its mailbox, a
 it go idle (mailbox empty) or puts it back at the tail (more to do).
 
 Decisions worth knowing before reading the code:
-- One FIFO run queue shared by all workers, not a queue per worker: with the GIL there is no
-  cache locality to win, and one queue makes fairness easy to reason about.
+- One FIFO run queue shared by all workers, not a queue per worker: one queue makes fairness
+  easy to reason about. But a process scheduled while a worker is parked is handed to the
+  worker that parked last (a LIFO stack of idle workers), not to whichever thread the queue
+  wakes: in an ask ping-pong that is the thread that just served the process, still warm,
+  as a Process's own thread would be.
 - A process is on the run queue at most once. Its mailbox holds a "scheduled" flag (a
   non-blocking Lock: `acquire(False)` is an atomic test-and-set) that the sender who finds it
   free takes before queueing the process; the worker gives it back when the mailbox is empty,
@@ -72,9 +75,12 @@ def check_positive(name: str, value: Any, *, integer: bool) -> None:
 class _Slot:
     """What one worker is doing: which process, since when, and which batch it is on."""
 
-    __slots__ = ("batch", "proc", "since", "thread", "warned")
+    __slots__ = ("batch", "handoff", "park", "proc", "since", "thread", "warned")
 
     def __init__(self) -> None:
+        self.park = threading.Lock()  # held while the worker has nothing handed to it
+        self.park.acquire()
+        self.handoff: Any = None
         self.proc: Any = None
         self.since = 0.0
         self.batch = 0
@@ -88,6 +94,7 @@ class Pool:
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings
         self._runq: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle: list[_Slot] = []  # parked workers, the last parked on top
         self._lock = threading.Lock()
         self._slots: list[_Slot] = []
         self._running = False
@@ -101,9 +108,15 @@ class Pool:
 
     def submit(self, proc: Any) -> None:
         """Queue a process for a turn. The caller holds the process's scheduled flag."""
-        self._runq.put(proc)
-        if not self._running:
-            self.start()
+        try:
+            slot = self._idle.pop()
+        except IndexError:
+            self._runq.put(proc)
+            if not self._running:
+                self.start()
+            return
+        slot.handoff = proc
+        slot.park.release()
 
     def others_waiting(self) -> bool:
         return not self._runq.empty()
@@ -143,6 +156,10 @@ class Pool:
             slots = list(self._slots)
             for _ in slots:
                 self._runq.put(_STOP)
+            while self._idle:  # parked ones get theirs directly; their queued token is spare
+                parked = self._idle.pop()
+                parked.handoff = _STOP
+                parked.park.release()
             self._wake.set()
             watchdog = self._watchdog
         deadline = time.monotonic() + timeout
@@ -195,17 +212,8 @@ class Pool:
     # ------------------------------------------------------------------ workers
 
     def _work(self, slot: _Slot, extra: bool) -> None:
-        runq = self._runq
-        idle = self.settings.idle_timeout if extra else None
         while True:
-            try:
-                proc = runq.get(timeout=idle)
-            except queue.Empty:
-                with self._lock:
-                    if not self._stopping and slot in self._slots:
-                        self._slots.remove(slot)
-                        return
-                continue
+            proc = self._next(slot, extra)
             if proc is _STOP:
                 return
             slot.since = time.monotonic()
@@ -215,6 +223,39 @@ class Pool:
             except BaseException:  # a bug in the turn itself; never lose the worker to it
                 log.exception("supervisors pool: turn of %s failed", proc)
             slot.proc = None
+
+    def _next(self, slot: _Slot, extra: bool) -> Any:
+        """The next process to run (or _STOP): from the queue, else park until handed one."""
+        runq, idle = self._runq, self._idle
+        while True:
+            try:
+                return runq.get_nowait()
+            except queue.Empty:
+                pass
+            slot.handoff = None
+            idle.append(slot)
+            # A submit that found no parked worker may have queued work since we looked.
+            if not runq.empty() and self._unpark(slot):
+                continue
+            timeout = self.settings.idle_timeout if extra else -1
+            if not slot.park.acquire(timeout=timeout):
+                if self._unpark(slot):
+                    with self._lock:
+                        if not self._stopping and slot in self._slots:
+                            self._slots.remove(slot)
+                            return _STOP  # an added thread, idle too long: leave
+                    continue
+                slot.park.acquire()  # a submit took us off the stack: its handoff follows
+            return slot.handoff
+
+    def _unpark(self, slot: _Slot) -> bool:
+        """Take `slot` off the idle stack; False if a submit already took it (and will hand
+        it a process)."""
+        try:
+            self._idle.remove(slot)
+        except ValueError:
+            return False
+        return True
 
     # ------------------------------------------------------------------ watchdog
 

@@ -109,6 +109,7 @@ class _RestartLog(logging.Handler):
             self.gave_up.set()
 
 
+@pytest.mark.one_kind  # the supervisor's clock; the child's kind changes nothing here
 @settings(max_examples=8, deadline=None)
 @given(
     st.integers(min_value=1, max_value=3),
