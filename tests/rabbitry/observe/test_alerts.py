@@ -21,7 +21,7 @@ import yaml
 from rabbitry.node import Node
 from rabbitry.testing.cluster import Cluster
 from tests.rabbitry.observe.conftest import metrics_address
-from tests.rabbitry.observe.test_metrics_node import scrape
+from tests.rabbitry.observe.test_metrics_node import complete_scrape, scrape
 from tests.services import services_required
 from tests.waiting import wait_until
 
@@ -82,17 +82,17 @@ def test_the_rules_fire_on_what_real_nodes_report(
         return sum(s.value for s in family.samples if s.labels["supervisor"] == "fragile")
 
     wait_until(gave_up, "fragile to give up once", poll=0.1)
-    m_first = scrape(node.metrics_address)[0]
+    m_first = complete_scrape(node.metrics_address)
     count = gave_up()
     wait_until(lambda: gave_up() > count, "fragile to give up again", poll=0.1)
-    m_second = scrape(node.metrics_address)[0]
+    m_second = complete_scrape(node.metrics_address)
 
     c = observed_cluster
     c.partition(["a", "b"], ["c"])
     try:
         c.wait_for(lambda: c.status("c")["paused"], 20, "c paused")
         c.wait_for(lambda: len(c.status("a")["running"]) == 2, 20, "a to see c gone")
-        cut = {n: scrape(metrics_address(c, n))[0] for n in ("a", "c")}
+        cut = {n: complete_scrape(metrics_address(c, n)) for n in ("a", "c")}
     finally:
         c.heal()
     input_series = series("m", m_first, m_second)

@@ -8,13 +8,13 @@ import pytest
 
 from rabbitry.testing.cluster import Cluster
 from tests.rabbitry.observe.conftest import metrics_address
-from tests.rabbitry.observe.test_metrics_node import samples, scrape
+from tests.rabbitry.observe.test_metrics_node import complete_scrape, samples, scrape
 
 pytestmark = pytest.mark.slow
 
 
 def value(cluster: Cluster, node: str, name: str, **labels: str) -> float | None:
-    family = scrape(metrics_address(cluster, node))[0].get(name)
+    family = complete_scrape(metrics_address(cluster, node)).get(name)
     if family is None:
         return None
     return samples(family).get(tuple(sorted(labels.items())))
@@ -22,7 +22,7 @@ def value(cluster: Cluster, node: str, name: str, **labels: str) -> float | None
 
 def downs(cluster: Cluster, node: str, peer: str) -> float:
     """NodeDown events `node` counted for `peer`, every reason together."""
-    family = scrape(metrics_address(cluster, node))[0]["rabbitry_dist_node_down_total"]
+    family = complete_scrape(metrics_address(cluster, node))["rabbitry_dist_node_down_total"]
     return sum(s.value for s in family.samples if s.labels["peer"] == peer)
 
 
@@ -55,14 +55,19 @@ def test_a_scrape_does_not_wait_for_a_hung_peer(observed_cluster: Cluster) -> No
     c = observed_cluster
     c.stop("c")
     try:
-        started = time.monotonic()
-        families, _text = scrape(metrics_address(c, "a"))
-        took = time.monotonic() - started
-        assert "rabbitry_cluster_running_members" in families
-        assert "rabbitry_supervisor_children" in families
-        # a generous bound, only to catch a scrape that waits on c (a dist call would wait
-        # for its timeout, and gathering then gives up after its budget and drops the part)
-        assert took < 2.0, f"the scrape took {took:.3f} s"
+        seen = []
+        for _ in range(5):  # on a loaded machine a part can miss one scrape's budget
+            started = time.monotonic()
+            families, _text = scrape(metrics_address(c, "a"))
+            took = time.monotonic() - started
+            # a generous bound, only to catch a scrape that waits on c (a dist call would wait
+            # for its timeout; gathering gives up after its budget and drops the part)
+            assert took < 2.0, f"the scrape took {took:.3f} s"
+            assert "rabbitry_identity_info" in families
+            seen.append("rabbitry_cluster_running_members" in families)
+            if seen[-1]:
+                break
+        assert any(seen), "no scrape had the node monitor's series"
     finally:
         c.cont("c")
     c.wait_until_formed(30)
