@@ -89,6 +89,31 @@ def require_spark() -> None:
         _missing("spark", "no java on PATH and no JAVA_HOME")
 
 
+def unactivated_venv(root: Path) -> tuple[str, dict[str, str]]:
+    """How pipx, cron or a systemd unit runs rabbitry: a venv's python by its path, never
+    activated, with a PATH whose first python3 cannot import rabbitry. Returns the venv's
+    python (made from this one with --system-site-packages, so it has rabbitry and pyspark)
+    and that environment. The PATH's python3 is this interpreter isolated (-I -S): no
+    site-packages, no PYTHONPATH."""
+    venv = root / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+        check=True,
+        timeout=60,
+    )
+    shim = root / "shim"
+    shim.mkdir()
+    (shim / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    (shim / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = f"{shim}{os.pathsep}{env.get('PATH', '')}"
+    bare = subprocess.run(
+        ["python3", "-c", "import rabbitry"], env=env, capture_output=True, check=False
+    )
+    assert bare.returncode != 0, "the PATH's python3 must not have rabbitry"
+    return str(venv / "bin" / "python"), env
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

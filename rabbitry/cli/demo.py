@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.messages is not None and args.messages < 100:
         print("rabbitry demo: --messages must be at least 100", file=sys.stderr)
         return 2
-    from rabbitry.demo.run import DemoOptions, run_demo
+    from rabbitry.demo.run import DemoFailed, DemoOptions, run_demo
 
     options = DemoOptions(
         quick=args.quick,
@@ -101,4 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("rabbitry demo: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
+    except DemoFailed as exc:
+        print(f"rabbitry demo: {exc}", file=sys.stderr)
+        return 1
     return 0 if report.get("ok") else 1

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from rabbitry.cli import HelpFormatter, add_log_level, configure_logging
@@ -22,7 +23,10 @@ examples:
 Input: JSON lines or Parquet of {"id": ..., "payload": ...}. Each message is claimed with
 SET NX (+ WAIT) on the current Redis master, skipped if its id is revoked or already claimed,
 and written to the output as Parquet (id, payload, node, partition, line). Bad lines go to
-<output>.rejects.jsonl with their line numbers. See docs/pipeline.md.
+<output>.rejects.jsonl with their line numbers. Spark's own output (its warnings, the JVM's
+log) goes to <output>.log (--log-file), and a failure is one line that names the cause. On
+local masters the executors run this command's Python (rabbitry is there), whatever python3
+is first on PATH. See docs/pipeline.md.
 
 exit codes: 0 done, 1 the job failed, 2 bad usage, paths or config"""
 
@@ -73,6 +77,7 @@ def register(commands: Any) -> None:
         metavar="HOST:PORT",
         help="no rabbitry: plain SET NX on this fixed Redis (the benchmark baseline)",
     )
+    run.add_argument("--log-file", help="where Spark's output and this run's log go (<output>.log)")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_log_level(run)
     run.set_defaults(handler=_run, help_parser=run)
@@ -150,15 +155,31 @@ def _run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         plain_redis=args.plain_redis,
     )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    from rabbitry.spark.startup import SparkStartError, check_executors, explain, start_session
+
+    log_file = Path(args.log_file or f"{Path(args.output).resolve()}.log")
+    _log_to(log_file)
     try:
+        spark = start_session(builder, log_file)
+    except SparkStartError as exc:
+        print(f"rabbitry pipeline run: {exc}; the full log: {log_file}", file=sys.stderr)
+        return 1
+    try:
+        if not args.plain_redis:
+            check_executors(spark)
         summary = _run_with_progress(spark, args, options)
     except KeyboardInterrupt:
         print("rabbitry pipeline run: interrupted", file=sys.stderr)
         return 130
+    except SparkStartError as exc:
+        print(f"rabbitry pipeline run: {exc}; the full log: {log_file}", file=sys.stderr)
+        return 1
     except Exception as exc:
-        print(f"rabbitry pipeline run: the job failed: {_short(exc)}", file=sys.stderr)
+        logging.getLogger("rabbitry.pipeline").error("the job failed", exc_info=True)
+        print(
+            f"rabbitry pipeline run: the job failed: {explain(exc)}; the full log: {log_file}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         spark.stop()
@@ -169,14 +190,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _short(exc: BaseException) -> str:
-    """Py4J errors carry a JVM stack trace; the first line of the Python cause is what helps."""
-    text = str(exc)
-    for marker in ("RetryableTaskError", "NodePaused", "NodeUnavailable", "NoRedisMaster"):
-        at = text.find(marker)
-        if at >= 0:
-            return text[at:].splitlines()[0]
-    return text.splitlines()[0] if text else type(exc).__name__
+def _log_to(log_file: Path) -> None:
+    """Log records go to the run's log file too (Spark's tracebacks among them), so that the
+    console shows progress and one line per failure."""
+    handler = logging.FileHandler(log_file, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger()
+    for old in list(root.handlers):  # the console keeps its level, not Spark's tracebacks
+        old.setLevel(max(old.level, root.level))
+        old.addFilter(lambda record: record.exc_info is None)
+    root.addHandler(handler)
+    root.setLevel(min(root.level or logging.INFO, logging.INFO))
 
 
 def _run_with_progress(spark: Any, args: argparse.Namespace, options: Any) -> Any:

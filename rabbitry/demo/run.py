@@ -15,6 +15,7 @@ Everything started is stopped on exit, Ctrl-C and SIGTERM included.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import signal
 import tempfile
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rabbitry.demo.data import generate_messages
+from rabbitry.demo.logs import DemoLog
 from rabbitry.demo.report import check_exactly_once, summary_lines, write_report
 from rabbitry.demo.stack import DemoStack
 from rabbitry.demo.timeline import (
@@ -35,9 +37,11 @@ from rabbitry.demo.timeline import (
     Timeline,
 )
 from rabbitry.demo.view import DemoState, DemoView, NodeStatus
+from rabbitry.spark.startup import SparkStartError, explain
 
 REPORT_FILE = "demo-report.json"
 PLOT_FILE = "demo-timeline.png"
+LOG_FILE = "demo.log"  # everything logged, and the JVM's output
 SAMPLE_INTERVAL = 0.25
 
 
@@ -79,6 +83,12 @@ class _Run:
         entry = self.timeline.event(kind, detail)
         with self.lock:
             self.events.append(f"{entry.t:6.1f}s {kind.replace('_', ' ')} {detail}".rstrip())
+            self.events = self.events[-8:]
+
+    def note(self, text: str) -> None:
+        """A line for the view's event list only (a warning from the log, say)."""
+        with self.lock:
+            self.events.append(f"{self.timeline.now():6.1f}s {text}")
             self.events = self.events[-8:]
 
     def phase(self, text: str) -> None:
@@ -152,20 +162,35 @@ def run_demo(options: DemoOptions, view: DemoView | None = None) -> dict[str, An
     own_work = options.work_dir is None
     work = Path(options.work_dir or tempfile.mkdtemp(prefix="rabbitry-demo-")).resolve()
     view = view or DemoView()
-    stack = DemoStack(work / "stack", master=options.master)
+    log_file = out_dir / LOG_FILE
+    stack = DemoStack(work / "stack", master=options.master, spark_log=log_file)
     run = _Run(stack, Timeline(), view)
     previous = signal.getsignal(signal.SIGTERM)
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
         signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with view:
-            data = _prepare(run, options, work)
-            output, summary = _execute(run, options, data, work)
-            report = _check(run, data, output, summary, out_dir)
+        with DemoLog(log_file, run.note) as demo_log:
+            try:
+                with view:
+                    data = _prepare(run, options, work)
+                    output, summary = _execute(run, options, data, work)
+                    report = _check(run, data, output, summary, out_dir)
+            except SparkStartError as exc:
+                raise DemoFailed(f"{exc}; the full log: {log_file}") from None
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                logging.getLogger("rabbitry.demo").error("the demo failed", exc_info=True)
+                tail = "\n".join(demo_log.tail(20))
+                raise DemoFailed(
+                    f"{tail}\nthe demo failed: {explain(exc)}; the full log: {log_file}"
+                ) from None
         for line in summary_lines(report):
             view.console.print(line)
-        view.console.print(f"report: {out_dir / REPORT_FILE}   plot: {out_dir / PLOT_FILE}")
+        view.console.print(
+            f"report: {out_dir / REPORT_FILE}   plot: {out_dir / PLOT_FILE}   log: {log_file}"
+        )
         return report
     finally:
         run.done.set()
@@ -174,6 +199,10 @@ def run_demo(options: DemoOptions, view: DemoView | None = None) -> dict[str, An
             signal.signal(signal.SIGTERM, previous)
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
+
+
+class DemoFailed(RuntimeError):
+    """The demo could not run to its check; the message says what, and where the log is."""
 
 
 def _prepare(run: _Run, options: DemoOptions, work: Path) -> Any:

@@ -63,6 +63,14 @@ class NodeView:
     control: str | None
 
 
+def _executor_node(_: Any) -> str:
+    """Run in a task: wait for this executor's node, and name it."""
+    import rabbitry.spark as rs
+
+    rs.require_running(wait=10.0)
+    return rs.node_name()
+
+
 class DemoStack:
     """See the module doc. `master`: the Spark master URL; `cores`: core node count."""
 
@@ -75,6 +83,7 @@ class DemoStack:
         net_ticktime: float = 2.0,
         wait_replicas: int = 1,
         spark_conf: dict[str, str] | None = None,
+        spark_log: str | os.PathLike[str] | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         self.master = master
@@ -82,6 +91,8 @@ class DemoStack:
         self.net_ticktime = net_ticktime
         self.wait_replicas = wait_replicas
         self.spark_conf = dict(spark_conf or {})
+        # Where the JVM's output goes (Spark's warnings, log4j, the workers); None: the console
+        self.spark_log = Path(spark_log).resolve() if spark_log else None
         self.cookie = uuid.uuid4().hex
         self.exchange = f"demo-{uuid.uuid4().hex[:8]}"
         self.redis: RedisSet | None = None
@@ -206,6 +217,7 @@ class DemoStack:
         from pyspark.sql import SparkSession
 
         from rabbitry.spark import configure
+        from rabbitry.spark.startup import start_session
 
         builder = (
             SparkSession.builder.master(self.master)
@@ -225,29 +237,33 @@ class DemoStack:
             wait_replicas=self.wait_replicas,
             data_root=self.executors_root,
         )
-        self.spark = builder.getOrCreate()  # a JVM left by a Ctrl-C here: stop() sweeps it
-        self.spark.sparkContext.setLogLevel("ERROR")
+        # a JVM left by a Ctrl-C here: stop() sweeps it. A failure is one SparkStartError line.
+        self.spark = start_session(builder, self.spark_log)
         return self.spark
 
     def warm_up(self, executors: int, timeout: float = 90.0) -> list[str]:
         """Run a small job until `executors` executor nodes are up; return their names.
         Executors start their node with their first task (the daemon starts with it)."""
+        from rabbitry.spark.startup import SparkStartError, explain
+
         deadline = time.monotonic() + timeout
         seen: set[str] = set()
+        sc = self.spark.sparkContext
         while True:
-
-            def name(_: Any) -> str:
-                import rabbitry.spark as rs
-
-                rs.require_running(wait=10.0)
-                return rs.node_name()
-
-            sc = self.spark.sparkContext
-            seen |= set(sc.parallelize(range(64), 16).map(name).distinct().collect())
+            try:
+                found = sc.parallelize(range(64), 16).map(_executor_node).distinct().collect()
+            except Exception as exc:
+                log.error("the executors could not run the warm-up job", exc_info=True)
+                raise SparkStartError(explain(exc, sc.pythonExec)) from None
+            seen |= set(found)
             if len(seen) >= executors:
                 return sorted(seen)
             if time.monotonic() > deadline:
-                raise RuntimeError(f"only {sorted(seen)} executor nodes after {timeout} s")
+                raise SparkStartError(
+                    f"only {len(seen)} of {executors} executor nodes ran within {timeout:.0f} s "
+                    f"({', '.join(sorted(seen)) or 'none'}); see the executors' sidecar.log and "
+                    f"node.log under {self.executors_root}"
+                )
 
     # ------------------------------------------------------------------ looking
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from rabbitry.node_config import NodeConfigError, node_config_from_mapping
 from rabbitry.spark.settings import ENV_SETTINGS, EmbedSettings, Identity, SparkEmbedError
+from rabbitry.spark.startup import PYTHON_CONF, is_local_master, resolve_master, use_driver_python
 
 DAEMON_MODULE = "rabbitry.spark.daemon"
 
@@ -92,9 +93,13 @@ def configure(
       full members, as before.
 
     Sets spark.python.daemon.module to rabbitry.spark.daemon and passes the settings through
-    spark.executorEnv.RABBITRY_SPARK. Local masters (`local[N,F]`) use the driver's Python; on
-    other masters, task exclusion is turned on so that a task failed by a paused node is
-    retried on another executor (CLUSTER_DEFAULTS; values already set are kept).
+    spark.executorEnv.RABBITRY_SPARK. On local masters (local[...], local-cluster[...], from
+    the builder, PYSPARK_SUBMIT_ARGS or spark-defaults.conf) the executors get the driver's
+    Python: PYSPARK_PYTHON is set in this process, since that, not spark.pyspark.python, is
+    what a session started from Python uses (start_session() makes sure of it for a master
+    known only once the JVM runs). On multi-executor masters, task exclusion is turned on so
+    that a task failed by a paused node is retried on another executor (CLUSTER_DEFAULTS;
+    values already set are kept).
     """
     _get(builder_or_conf, "spark.master")  # a TypeError now if it is neither kind
     template = _load_template(node_config)
@@ -126,17 +131,14 @@ def configure(
     _set(builder_or_conf, "spark.python.daemon.module", DAEMON_MODULE)
     _set(builder_or_conf, "spark.python.use.daemon", "true")
     _set(builder_or_conf, f"spark.executorEnv.{ENV_SETTINGS}", settings.to_json())
-    master = _get(builder_or_conf, "spark.master") or ""
-    if master.startswith("local") and not master.startswith("local-cluster"):
-        if _get(builder_or_conf, "spark.pyspark.python") is None:
-            _set(builder_or_conf, "spark.pyspark.python", sys.executable)
-    else:
+    master = resolve_master(_get(builder_or_conf, "spark.master"))
+    if is_local_master(master):
+        # The executors run on this host: give them this interpreter, which has rabbitry.
+        # spark.pyspark.python is set for the record; PYSPARK_PYTHON is what PySpark reads.
+        _set(builder_or_conf, PYTHON_CONF, sys.executable)
+        use_driver_python(f"local master {master}")
+    if not master or not master.startswith("local") or master.startswith("local-cluster"):
         for key, value in CLUSTER_DEFAULTS.items():
             if _get(builder_or_conf, key) is None:
                 _set(builder_or_conf, key, value)
-        if (
-            master.startswith("local-cluster")
-            and _get(builder_or_conf, "spark.pyspark.python") is None
-        ):
-            _set(builder_or_conf, "spark.pyspark.python", sys.executable)
     return builder_or_conf

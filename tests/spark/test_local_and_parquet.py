@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.services import unactivated_venv
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -18,7 +19,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
 def test_cli_on_local_master_processes_once_and_reports_rejects(
     spark_stack: Any, tmp_path: Path
 ) -> None:
+    """Run as an unactivated venv runs it, with a python3 on PATH that lacks rabbitry: the
+    executors must run the driver's interpreter, not that one."""
     stack = spark_stack
+    python, env = unactivated_venv(tmp_path)
     lines = [json.dumps({"id": f"m{i % 900}", "payload": f"p{i}"}) for i in range(1000)]
     lines[10] = "{not json"
     lines[20] = json.dumps({"payload": "no id"})
@@ -26,7 +30,7 @@ def test_cli_on_local_master_processes_once_and_reports_rejects(
     template = tmp_path / "node.yaml"
     template.write_text(json.dumps(stack.node_template()))
     first = stack.core_name(0)
-    argv = [sys.executable, "-m", "rabbitry", "pipeline", "run"]
+    argv = [python, "-m", "rabbitry", "pipeline", "run"]
     argv += ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.parquet")]
     argv += ["--master", "local[2,3]", "--node-config", str(template)]
     argv += ["--join", f"{first}={stack.core_dist[first]}", "--master-file", str(stack.master_file)]
@@ -38,8 +42,11 @@ def test_cli_on_local_master_processes_once_and_reports_rejects(
         capture_output=True,
         text=True,
         timeout=200,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "WARN" not in result.stderr, "Spark's output belongs in the log file"
+    assert (tmp_path / "out.parquet.log").stat().st_size > 0
     summary = json.loads(result.stdout[result.stdout.index("{") :])
     assert summary["messages"] == 998 and summary["rejected"] == 2
     assert summary["processed"] == 900 and summary["duplicates_skipped"] == 98

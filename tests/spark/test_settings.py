@@ -19,6 +19,7 @@ import pytest
 from rabbitry.spark import SparkEmbedError, configure
 from rabbitry.spark.configure import CLUSTER_DEFAULTS, DAEMON_MODULE
 from rabbitry.spark.settings import ENV_SETTINGS, EmbedSettings, Identity
+from rabbitry.spark.startup import explain, resolve_master
 
 COOKIE = "spark-test-cookie-0123456789"
 LOG_URL = "http://worker-1:8081/logPage/?appId={app}&executorId={executor}&logType=stderr"
@@ -185,6 +186,13 @@ def test_settings_from_corrupt_json(text: str) -> None:
 # -- configure() on a SparkConf ------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configure() sets PYSPARK_PYTHON on local masters: keep it, and what it reads, per test."""
+    for name in ("PYSPARK_PYTHON", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def conf(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A SparkConf that keeps its values in Python. Alone, SparkConf() does that anyway (no
@@ -266,10 +274,10 @@ def test_configure_reads_a_template_file(conf: Any, tmp_path: Path) -> None:
 def test_configure_on_local_masters_uses_this_python_and_no_cluster_defaults(
     conf: Any, master: str
 ) -> None:
-    import sys
-
     configure(conf.setMaster(master), {"cookie": COOKIE})
     assert conf.get("spark.pyspark.python") == sys.executable
+    # what a session started from Python actually reads (spark.pyspark.python it does not)
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
     for key in CLUSTER_DEFAULTS:
         assert conf.get(key) is None, key
 
@@ -287,15 +295,15 @@ def test_configure_on_cluster_masters_sets_the_cluster_defaults(conf: Any, maste
 
 
 def test_configure_local_cluster_uses_this_python(conf: Any) -> None:
-    import sys
-
     configure(conf.setMaster("local-cluster[2,1,1024]"), {"cookie": COOKIE})
     assert conf.get("spark.pyspark.python") == sys.executable
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
 
 
 def test_configure_a_standalone_master_leaves_the_python_to_the_cluster(conf: Any) -> None:
     configure(conf.setMaster("spark://h:7077"), {"cookie": COOKIE})
     assert conf.get("spark.pyspark.python") is None
+    assert "PYSPARK_PYTHON" not in os.environ
 
 
 def test_configure_keeps_values_already_set(conf: Any) -> None:
@@ -308,10 +316,76 @@ def test_configure_keeps_values_already_set(conf: Any) -> None:
     assert conf.get("spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor") == "2"
 
 
-def test_configure_keeps_a_python_already_set(conf: Any) -> None:
+def test_configure_on_a_local_master_replaces_another_python(
+    conf: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local executor must import rabbitry, which the driver's interpreter has; a python3
+    found on PATH (an unactivated venv) or set by hand may not."""
+    monkeypatch.setenv("PYSPARK_PYTHON", "python3")
     conf.setMaster("local[2]").set("spark.pyspark.python", "/opt/python3")
     configure(conf, {"cookie": COOKIE})
-    assert conf.get("spark.pyspark.python") == "/opt/python3"
+    assert conf.get("spark.pyspark.python") == sys.executable
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+@pytest.mark.parametrize(
+    ("submit_args", "master"),
+    [
+        ("--master local[3] pyspark-shell", "local[3]"),
+        ("--master=local-cluster[2,1,512] pyspark-shell", "local-cluster[2,1,512]"),
+        ("--conf spark.master=local pyspark-shell", "local"),
+        ("--master spark://h:7077 pyspark-shell", "spark://h:7077"),
+        ("pyspark-shell", None),
+    ],
+)
+def test_the_master_from_pyspark_submit_args(
+    monkeypatch: pytest.MonkeyPatch, submit_args: str, master: str | None
+) -> None:
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit_args)
+    monkeypatch.setenv("SPARK_HOME", "/nonexistent")
+    assert resolve_master(None) == master
+    assert resolve_master("yarn") == "yarn"  # the builder's own wins
+
+
+def test_configure_with_the_master_in_spark_defaults_uses_this_python(
+    conf: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "spark-defaults.conf").write_text("# defaults\nspark.master   local[2]\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    configure(conf, {"cookie": COOKIE})
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+WORKER_FAILURE = (
+    "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 "
+    "failed 2 times, most recent failure: Lost task 0.1 in stage 0.0 (TID 2) (192.0.2.2 "
+    "executor 0): org.apache.spark.SparkException: \nError from python worker:\n"
+    "  /tmp/shim/python3: Error while finding module specification for "
+    "'rabbitry.spark.daemon' (ModuleNotFoundError: No module named 'rabbitry')\n"
+    "PYTHONPATH was:\n  /x/pyspark.zip\norg.apache.spark.SparkException: EOFException\n"
+    "\tat org.apache.spark.errors.SparkCoreErrors$.eofExceptionWhileReadPortNumberError\n"
+)
+
+
+def test_a_missing_rabbitry_on_the_executors_is_one_line_quoting_their_error() -> None:
+    line = explain(RuntimeError(WORKER_FAILURE), "/tmp/shim/python3")
+    assert "\n" not in line
+    assert "cannot import rabbitry" in line and "/tmp/shim/python3" in line
+    assert "No module named 'rabbitry'" in line  # the executor's own words
+    assert "PYSPARK_PYTHON" in line  # what to do
+
+
+def test_other_start_failures_are_one_line_too() -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no")
+
+    assert "\n" not in explain(Unprintable())
+    gateway = explain(RuntimeError("[JAVA_GATEWAY_EXITED] Java gateway process exited."))
+    assert "Java 17" in gateway
+    task = explain(RuntimeError("Traceback...\nrabbitry.spark.task.NodeUnavailable: no info\nat x"))
+    assert task == 'a task failed on an executor: "rabbitry.spark.task.NodeUnavailable: no info"'
 
 
 @pytest.mark.parametrize(
