@@ -1,5 +1,5 @@
 """Spark pipeline benchmark: the exactly-once job on embedded executor nodes, next to the same
-job with no rabbitry at all, in one run.
+job claiming nothing (the limit), in one run and one session.
 
 Both run the same pipeline code (rabbitry.pipeline.run_pipeline) over the same generated input
 on `local-cluster[2,1,1024]`, alternating rounds so drift in machine load hits both alike:
@@ -8,20 +8,24 @@ on `local-cluster[2,1,1024]`, alternating rounds so drift in machine load hits b
   node runs, reads the revoked set, and claims through FailoverRedis on the failover set's
   master with WAIT for 1 replica (the stack of rabbitry.demo.stack: 3 redis-servers, the
   RCS/RCC tree, 3 core nodes).
-- plain (the baseline): a SparkSession with no rabbitry configuration (no daemon module, no
-  sidecar), claiming with plain SET NX on the same master through redis-py, no WAIT, no node.
+- limit (the baseline): the same job with `no_claims`: it reads, parses, checks and writes
+  the same data through the same Arrow path, and claims nothing. No claim path can beat it.
+- with --plain: also plain SET NX through redis-py on the same master (no rabbitry), in its
+  own SparkSession without the embedding (the old baseline).
 
-Each figure is the median over --rounds of the whole job's wall time (parse passes included,
-identical in both), after one warm-up run of each, so JVM class loading counts for neither.
-The ratio printed is plain_time / embedded_time: the embedded job's throughput relative to
-the baseline (goal >= 0.9).
+Each figure is the median over --rounds of the whole job's wall time, after one warm-up run of
+each, so JVM class loading counts for neither. The ratio printed is limit_time /
+embedded_time: the embedded job's throughput as a fraction of the limit.
+
+--profile: one more embedded run with a cProfile of every partition's Python worker
+(PipelineOptions.profile_dir), summed: where an executor's Python time goes.
 
 Then the recovery figure: a run on the embedded stack where the Redis master is SIGKILLed
 once claiming has begun. Printed: the failover time (kill -> the new master in this host's
 master file) and the time from the kill to the pipeline claiming again: the new master's key
 count growing by more than one batch past what it held at the kill (polled every 5 ms).
 
-    python benchmarks/spark.py [--messages 200000] [--rounds 3] [--partitions 32]
+    python benchmarks/spark.py [--messages 200000] [--rounds 3] [--partitions 16] [--profile]
 """
 
 from __future__ import annotations
@@ -72,41 +76,81 @@ def _plain_session() -> Any:
 def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> None:
     master = stack.redis_master()
     assert master is not None
-    runs: dict[str, list[float]] = {"embedded": [], "plain": []}
+    runs: dict[str, list[float]] = {"embedded": [], "limit": [], "plain": []}
     n = 0
 
-    def options(plain: bool) -> PipelineOptions:
+    def options(kind: str, **extra: Any) -> PipelineOptions:
         nonlocal n
         n += 1
         return PipelineOptions(
             partitions=args.partitions,
             run_id=f"bench-{time.time_ns()}-{n}",
             overwrite=True,
-            plain_redis=master if plain else None,
+            plain_redis=master if kind == "plain" else None,
+            no_claims=kind == "limit",
+            **extra,
         )
 
-    # One session at a time (one SparkContext per process): embedded rounds, then plain
-    # rounds, then embedded again, so both halves of the run see the machine's drift.
-    for phase in ("embedded", "plain", "embedded", "plain"):
-        plain = phase == "plain"
-        spark = _plain_session() if plain else stack.start_spark()
-        if not plain:
-            stack.warm_up(executors=2)
-        _timed(spark, data, work / "warm", options(plain))  # JVM and worker warm-up
-        for _ in range((args.rounds + 1) // 2):
-            seconds, summary = _timed(spark, data, work / "out", options(plain))
-            runs[phase].append(seconds)
-            print(f"  {phase:9s} {seconds:6.2f} s  processed {summary.processed}", flush=True)
-        spark.stop()
-        stack.spark = None
+    def measure(spark: Any, kinds: tuple[str, ...]) -> None:
+        for kind in kinds:  # JVM and worker warm-up
+            _timed(spark, data, work / "warm", options(kind))
+        for _ in range(args.rounds):
+            for kind in kinds:
+                seconds, summary = _timed(spark, data, work / "out", options(kind))
+                runs[kind].append(seconds)
+                print(f"  {kind:9s} {seconds:6.2f} s  processed {summary.processed}", flush=True)
+
+    spark = stack.start_spark()
+    stack.warm_up(executors=2)
+    measure(spark, ("embedded", "limit"))
+    if args.profile:
+        profile(spark, data, work, options("embedded", profile_dir=str(work / "profile")))
+    spark.stop()
+    stack.spark = None
     embedded = statistics.median(runs["embedded"])
-    plain = statistics.median(runs["plain"])
-    rate = data.messages / embedded
+    limit = statistics.median(runs["limit"])
     print(
-        f"pipeline throughput, {data.messages} messages: embedded {rate:,.0f} msg/s "
-        f"({embedded:.2f} s), plain SET NX {data.messages / plain:,.0f} msg/s ({plain:.2f} s); "
-        f"ratio embedded/plain = {plain / embedded:.2f} (goal >= 0.9)"
+        f"pipeline throughput, {data.messages} messages: embedded {data.messages / embedded:,.0f}"
+        f" msg/s ({embedded:.2f} s), limit (same job, no claims) {data.messages / limit:,.0f}"
+        f" msg/s ({limit:.2f} s); ratio embedded/limit = {limit / embedded:.2f}"
     )
+    if args.plain:
+        spark = _plain_session()
+        measure(spark, ("plain",))
+        spark.stop()
+        plain = statistics.median(runs["plain"])
+        print(
+            f"plain SET NX (no rabbitry) {data.messages / plain:,.0f} msg/s ({plain:.2f} s); "
+            f"ratio embedded/plain = {plain / embedded:.2f}"
+        )
+
+
+def profile(spark: Any, data: Any, work: Path, opts: PipelineOptions) -> None:
+    """One embedded run with every partition's Python worker profiled; print where it went."""
+    import pstats
+
+    seconds, _ = _timed(spark, data, work / "prof", opts)
+    files = sorted(str(p) for p in Path(opts.profile_dir or "").glob("*.prof"))
+    if not files:
+        print("profile: no profiles were written (executors on another host?)")
+        return
+    stats = pstats.Stats(*files)
+    total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
+
+    def cumulative(name: str) -> float:
+        return sum(v[3] for (_, _, func), v in stats.stats.items() if func == name)  # type: ignore[attr-defined]
+
+    print(f"profile of {len(files)} partitions' Python workers ({seconds:.2f} s run):")
+    for label, func in (
+        ("parse and check (json.loads, checks)", "_parse"),
+        ("claims (script call + WAIT, revoked, require_running)", "claim_batch"),
+        ("  of which Redis round trips", "execute"),
+        ("output Arrow batches (from_pydict)", "from_pydict"),
+        ("output rows (_Columns.add)", "add"),
+    ):
+        print(f"  {label:55s} {cumulative(func):7.2f} s")
+    print(f"  {'all profiled Python time':55s} {total:7.2f} s")
+    stats.sort_stats("tottime").print_stats(12)
 
 
 def _dbsize(address: str) -> int:
@@ -170,14 +214,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per system")
-    parser.add_argument("--partitions", type=int, default=32)
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--profile", action="store_true", help="profile the executors' Python")
+    parser.add_argument("--plain", action="store_true", help="also plain SET NX, no rabbitry")
     parser.add_argument("--part", choices=("all", "throughput", "recovery"), default="all")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="rabbitry-bench-spark-") as tmp:
         work = Path(tmp)
         data = generate_messages(work / "in.jsonl", args.messages)
-        stack = DemoStack(work / "stack", master=MASTER)
+        stack = DemoStack(work / "stack", master=MASTER, spark_log=work / "spark.log")
         try:
             stack.start(spark=False)
             if args.part in ("all", "throughput"):

@@ -69,7 +69,7 @@ def register(commands: Any) -> None:
     run.add_argument(
         "--max-payload-bytes", type=int, default=256 * 1024, help="larger payloads are rejected"
     )
-    run.add_argument("--batch", type=int, default=500, help="claims per Redis round trip")
+    run.add_argument("--batch", type=int, default=1000, help="claims per Redis round trip")
     run.add_argument("--partitions", type=int, help="input partitions (default: Spark's)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
     run.add_argument(
@@ -214,14 +214,19 @@ def _run_with_progress(spark: Any, args: argparse.Namespace, options: Any) -> An
         BarColumn(),
         TextColumn("{task.completed}/{task.total} tasks"),
         TextColumn("{task.fields[failed]} failed"),
+        TextColumn("{task.fields[processed]:,} processed"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=False) as progress:
-        task = progress.add_task("tasks", total=None, failed=0)
+        task = progress.add_task("tasks", total=None, failed=0, processed=0)
 
         def report(state: dict[str, Any]) -> None:
             progress.update(
-                task, completed=state["done"], total=state["total"] or None, failed=state["failed"]
+                task,
+                completed=state["done"],
+                total=state["total"] or None,
+                failed=state["failed"],
+                processed=state.get("processed", 0),
             )
 
         return run_pipeline(spark, args.input, args.output, options, on_progress=report)

@@ -238,7 +238,9 @@ def _execute(run: _Run, options: DemoOptions, data: Any, work: Path) -> tuple[Pa
         str(data.path),
         str(output),
         PipelineOptions(
-            partitions=options.partitions, run_id=f"demo-{time.time_ns()}", overwrite=True
+            partitions=options.partitions,
+            run_id=f"demo-{time.time_ns()}",
+            overwrite=True,
         ),
         on_progress=run.on_progress,
     )

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rabbitry.demo.names import short_name
+
 RUNNING = "running"
 PAUSED = "paused"
 DOWN = "down"
@@ -54,6 +56,7 @@ _EVENT_COLORS = {
 }
 _STATE_COLORS = {RUNNING: "#43a047", PAUSED: "#fb8c00", DOWN: "#e53935"}
 _UNKNOWN_COLOR = "#cfd8dc"
+_LABEL_ROW_POINTS = 11  # height of one row of event labels above the lanes
 _MASTER_PALETTE = ("#1e88e5", "#8e24aa", "#00897b", "#f4511e", "#6d4c41", "#3949ab")
 
 Span = tuple[float, float, Any]  # (start, end, value)
@@ -269,9 +272,12 @@ class Timeline:
         end = max(self.end(), 1e-3)
         _draw_lanes(self, lanes, end)
         _draw_throughput(self, rate)
-        _draw_events(self, lanes, rate, end)
-        fig.suptitle(title, fontsize=13, x=0.02, ha="left")
         fig.subplots_adjust(left=0.14, right=0.8, top=0.8, bottom=0.09)
+        label_rows = _draw_events(self, lanes, rate, end)
+        # room above the lanes for the rows of event labels, below the title
+        height = fig.get_figheight() * 72.0
+        fig.subplots_adjust(top=0.9 - (label_rows * _LABEL_ROW_POINTS + 6) / height)
+        fig.suptitle(title, fontsize=13, x=0.02, ha="left")
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(target, format="png")
@@ -315,7 +321,7 @@ def _draw_lanes(timeline: Timeline, lanes: Any, end: float) -> None:
                 fontsize=8,
                 color="white" if address else "#37474f",
             )
-    labels = [*names, "Redis master"]
+    labels = [*(short_name(n) for n in names), "Redis master"]
     lanes.set_yticks(range(len(labels)), labels)
     lanes.set_ylim(len(labels) - 0.5, -0.5)
     lanes.set_xlim(0, end)
@@ -344,10 +350,10 @@ def _draw_throughput(timeline: Timeline, rate: Any) -> None:
     rate.grid(alpha=0.3)
 
 
-def _draw_events(timeline: Timeline, lanes: Any, rate: Any, end: float) -> None:
+def _draw_events(timeline: Timeline, lanes: Any, rate: Any, end: float) -> int:
     """Shade the failover and partition windows, so their length reads at a glance, and mark
-    every event with a dashed line across both panels, labelled above the lanes (staggered, so
-    that events close together stay readable)."""
+    every event with a dashed line across both panels, labelled above the lanes (laid out in
+    rows, so that events close together stay readable). Returns the rows of labels."""
     for kind, closing, color in (
         (REDIS_MASTER_KILLED, REDIS_MASTER_CHANGED, "#c62828"),
         (PARTITION_START, PARTITION_END, "#263238"),
@@ -357,21 +363,50 @@ def _draw_events(timeline: Timeline, lanes: Any, rate: Any, end: float) -> None:
                 axis.axvspan(
                     start, end if stop is None else stop, color=color, alpha=0.08, zorder=0
                 )
-    for i, event in enumerate(timeline.events):
+    for event in timeline.events:
         color = _EVENT_COLORS.get(event.kind, "#546e7a")
         for axis in (lanes, rate):
             axis.axvline(event.t, color=color, linestyle="--", linewidth=1.1)
-        lanes.text(
-            event.t,
-            1.02 + 0.07 * (i % 2),
-            EVENT_LABELS.get(event.kind, event.kind.replace("_", " ")),
-            transform=lanes.get_xaxis_transform(),
-            rotation=20,
-            ha="left",
-            va="bottom",
-            fontsize=8,
-            color=color,
-        )
+    return _label_events(timeline.events, lanes)
+
+
+def _label_events(events: list[Event], lanes: Any) -> int:
+    """Label every event above the lanes, laid out so that no two labels overlap: each label
+    takes the lowest row where it clears every label already there (measured as drawn), and
+    flips to the left of its line where the right edge would cut it."""
+    fig = lanes.figure
+    renderer = fig.canvas.get_renderer()
+    axes_box = lanes.get_window_extent(renderer)
+    rows: list[list[Any]] = []  # per row, the drawn labels' boxes (display coordinates)
+    for event in sorted(events, key=lambda e: e.t):
+        text = EVENT_LABELS.get(event.kind, event.kind.replace("_", " "))
+        color = _EVENT_COLORS.get(event.kind, "#546e7a")
+        for row in itertools.count():
+            if row == len(rows):
+                rows.append([])
+            label = lanes.annotate(
+                text,
+                xy=(event.t, 1.0),
+                xycoords=lanes.get_xaxis_transform(),
+                xytext=(2, 3 + row * _LABEL_ROW_POINTS),
+                textcoords="offset points",
+                ha="left",
+                va="bottom",
+                fontsize=8,
+                color=color,
+                annotation_clip=False,
+            )
+            box = label.get_window_extent(renderer)
+            if box.x1 > axes_box.x1 + 40:  # past the right edge: put it left of its line
+                label.set_horizontalalignment("right")
+                label.set_position((-2, 3 + row * _LABEL_ROW_POINTS))
+                box = label.get_window_extent(renderer)
+            padded = box.expanded(1.0, 1.0).padded(3)
+            if not any(padded.overlaps(other) for other in rows[row]):
+                rows[row].append(box)
+                break
+            label.remove()
+    return len(rows)
 
 
 def _runs(points: list[tuple[float, Any]], end: float) -> list[Span]:

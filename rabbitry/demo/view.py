@@ -3,7 +3,7 @@
 In a terminal this is a rich Live display. Anywhere else (a test, a CI log, output piped to a
 file) redrawing would print screenfuls of repeated frames, so the view prints one compact line
 at most once per second instead, plus a line whenever the phase changes, so that no phase goes
-unlogged.
+unlogged, and each event (a fault, a failover warning) once, as its own line.
 
 `update()` only stores the state: the Live display renders it on its own refresh thread (a few
 times per second), so the demo's sampling loop can call `update()` as often as it likes.
@@ -23,6 +23,8 @@ from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
+
+from rabbitry.demo.names import short_name
 
 _STATE_STYLES = {"running": "green", "paused": "yellow", "down": "bold red"}
 _REDIS_STYLES = {"master": "bold cyan", "replica": "cyan", "down": "bold red"}
@@ -63,7 +65,9 @@ def render(state: DemoState, *, max_events: int = 5) -> RenderableType:
     nodes.add_column("state")
     for name, status in state.nodes.items():
         node = _node(status)
-        nodes.add_row(name, node.role, Text(node.state, style=_STATE_STYLES.get(node.state, "")))
+        nodes.add_row(
+            short_name(name), node.role, Text(node.state, style=_STATE_STYLES.get(node.state, ""))
+        )
 
     redis_table = Table(title="Redis", title_justify="left", expand=True, box=None, pad_edge=False)
     redis_table.add_column("server")
@@ -109,7 +113,8 @@ def one_line(state: DemoState, elapsed: float | None = None) -> str:
     parts.append(state.phase or "-")
     if state.nodes:
         nodes = " ".join(
-            f"{name.split('@')[0]}={_node(s).state}" for name, s in state.nodes.items()
+            f"{short_name(name).replace(' ', '-')}={_node(s).state}"
+            for name, s in state.nodes.items()
         )
         parts.append(f"| nodes {nodes}")
     parts.append(f"| redis {state.redis_master or 'unknown'}")
@@ -148,6 +153,7 @@ class DemoView:
         self._last_print: float | None = None
         self._printed_phase: str | None = None
         self._pending = False  # an update not yet printed (plain mode)
+        self._printed_events: list[str] = []  # plain mode: events already printed
 
     @property
     def live(self) -> bool:
@@ -191,6 +197,11 @@ class DemoView:
 
     def _print(self, now: float) -> None:
         state = self._state
+        for event in state.events:  # each event once, as its own line, before the state
+            if event not in self._printed_events:
+                self.console.print(f"  • {event}", markup=False, highlight=False, soft_wrap=True)
+                self._printed_events.append(event)
+        self._printed_events = self._printed_events[-50:]
         self.console.print(
             one_line(state, now - self._started), markup=False, highlight=False, soft_wrap=True
         )

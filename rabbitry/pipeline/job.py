@@ -1,17 +1,22 @@
-"""The exactly-once dedup job: ordinary RDD/DataFrame code; the cluster logic is rabbitry.spark.
+"""The exactly-once dedup job: ordinary DataFrame code; the cluster logic is rabbitry.spark.
 
-    input (JSON lines or Parquet of {id, payload})
-      -> zipWithIndex: line numbers               (so a reject names its line)
-      -> parse and check each line                (rejects to <output>.rejects.jsonl)
-      -> per partition: rabbitry.spark.claims     (require_running, revoked, SET NX + WAIT)
-      -> Parquet: id, payload, node, partition, line
+    input (JSON lines or Parquet of {id, payload}), read by the JVM
+      -> per partition, a count (JVM only)          line numbers: offsets of the partitions
+      -> mapInArrow, one Python pass per partition:  parse and check each line, then claim a
+         batch at a time (rabbitry.spark.claims: require_running, revoked, one script call
+         of SET NX for the batch, one WAIT), Arrow batches of verdicts out; cached
+      -> Parquet: id, payload, node, partition, line  (the verdicts "process"; JVM only)
+      -> counts per verdict, and the rejects to <output>.rejects.jsonl (from the cache)
 
-The counts come from accumulators updated inside the write's own stage: Spark merges a task's
-accumulator updates once, from the attempt that succeeded, so retries do not inflate them.
+Python runs once per line, on Arrow batches: no pickled rows, no second pass, no per-row
+conversion into the JVM. The counts come from the cached verdicts, so retried attempts (which
+Spark does not keep) never inflate them. Live progress: each batch's script also records the
+partition's processed count in a Redis hash, which the driver polls (ProgressWatcher).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -32,7 +37,17 @@ from rabbitry.pipeline.inputs import (
     parse_line,
     rejects_path,
 )
-from rabbitry.spark.claims import DEFAULT_BATCH, DEFAULT_TTL, DUPLICATE, PROCESS, Claimer
+from rabbitry.spark.claims import (
+    DEFAULT_BATCH,
+    DEFAULT_TTL,
+    DUPLICATE,
+    PROCESS,
+    REVOKED,
+    Claim,
+    Claimer,
+    progress_key,
+    read_progress,
+)
 
 OUTPUT_COLUMNS = ("id", "payload", "node", "partition", "line")
 
@@ -52,6 +67,12 @@ class PipelineOptions:
     pause_wait: float | None = None
     # The benchmark baseline: plain SET NX on this fixed Redis ("host:port"), no rabbitry.
     plain_redis: str | None = None
+    # The benchmark's limit: read, parse, check and write the same data, claiming nothing.
+    no_claims: bool = False
+    # A directory on the executors' hosts: each partition writes a cProfile of its Python
+    # worker there (<run>-<partition>-<attempt>.prof), what it spent from its first batch to
+    # its last, Spark's Arrow reading and writing included (benchmarks/spark.py --profile).
+    profile_dir: str | None = None
 
 
 @dataclass
@@ -124,124 +145,218 @@ def run_pipeline(
         pause_wait = (
             30.0 if master.startswith("local") and not master.startswith("local-cluster") else 0.0
         )
-    group = f"rabbitry-pipeline-{run_id}-{time.time_ns()}"
+    nonce = str(time.time_ns())
+    group = f"rabbitry-pipeline-{run_id}-{nonce}"
     sc.setJobGroup(group, f"rabbitry pipeline {run_id}")
-    watcher = ProgressWatcher(sc, group, on_progress) if on_progress else None
+    progress = progress_key(run_id, nonce)
+    watcher = (
+        ProgressWatcher(sc, group, on_progress, _progress_reader(sc, opts, progress))
+        if on_progress
+        else None
+    )
     started = time.monotonic()
     if watcher:
         watcher.start()
+    saved = _split_size(spark, source, opts.partitions)
     try:
-        parsed = _parse(spark, source, fmt, opts)
-        parsed.persist()
-        summary.messages, rejects = _collect_rejects(parsed, rejects_path(target))
-        summary.rejected = sum(rejects.values())
-        summary.rejected_by_reason = dict(rejects)
-        summary.rejects_file = str(rejects_path(target)) if summary.rejected else None
-        counters = {k: sc.accumulator(0) for k in ("processed", "duplicate", "revoked", "retried")}
+        frame = _read(spark, source, fmt, opts)
+        offsets = _offsets(frame)
+        retried, finished = sc.accumulator(0), sc.accumulator(0)
         if watcher:
-            watcher.counters = counters
-        job = _PartitionJob(run_id, opts, pause_wait, counters)
-        messages = parsed.filter(lambda m: isinstance(m, Message))
-        rows = messages.mapPartitionsWithIndex(job)
-        frame = spark.createDataFrame(rows, schema=_schema())
-        frame.write.mode("overwrite" if opts.overwrite else "errorifexists").parquet(str(target))
-        parsed.unpersist()
-        summary.processed = counters["processed"].value
-        summary.duplicates_skipped = counters["duplicate"].value
-        summary.revoked_skipped = counters["revoked"].value
-        summary.retried = counters["retried"].value
+            watcher.finished = finished
+        job = _BatchJob(
+            run_id,
+            opts,
+            pause_wait=pause_wait,
+            fmt=fmt,
+            offsets=offsets,
+            progress=progress,
+            retried=retried,
+            finished=finished,
+        )
+        verdicts = frame.mapInArrow(job, schema=_verdict_schema()).persist()
+        try:
+            # The one pass that runs Python (parse, check, claim) fills the cache as it writes;
+            # the counts and the rejects then read the cache, in the JVM.
+            (
+                verdicts.filter(verdicts.kind == PROCESS)
+                .select(*OUTPUT_COLUMNS)
+                .write.mode("overwrite" if opts.overwrite else "errorifexists")
+                .parquet(str(target))
+            )
+            counts = {
+                row["kind"]: row["count"] for row in verdicts.groupBy("kind").count().collect()
+            }
+            summary.processed = counts.get(PROCESS, 0)
+            summary.duplicates_skipped = counts.get(DUPLICATE, 0)
+            summary.revoked_skipped = counts.get(REVOKED, 0)
+            summary.messages = (
+                summary.processed + summary.duplicates_skipped + summary.revoked_skipped
+            )
+            summary.rejected = counts.get(REJECT, 0)
+            reasons = _write_rejects(verdicts, rejects_path(target), summary.rejected)
+            summary.rejected_by_reason = dict(reasons)
+            summary.rejects_file = str(rejects_path(target)) if summary.rejected else None
+            summary.retried = retried.value
+        finally:
+            verdicts.unpersist()
     finally:
+        _restore_split_size(spark, saved)
         summary.seconds = time.monotonic() - started
         if watcher:
             watcher.stop()
     return summary
 
 
-def _schema() -> Any:
+REJECT = "reject"
+_SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
+
+
+def _verdict_schema() -> Any:
+    """What the Python pass returns per input line: its verdict, and what the outputs need."""
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
     return StructType(
         [
-            StructField("id", StringType(), False),
-            StructField("payload", StringType(), False),
-            StructField("node", StringType(), False),
-            StructField("partition", IntegerType(), False),
-            StructField("line", LongType(), False),
+            StructField("kind", StringType(), True),  # process|duplicate|revoked|reject
+            StructField("id", StringType(), True),
+            StructField("payload", StringType(), True),  # only for PROCESS
+            StructField("node", StringType(), True),
+            StructField("partition", IntegerType(), True),
+            StructField("line", LongType(), True),
+            StructField("reason", StringType(), True),  # only for REJECT
+            StructField("text", StringType(), True),
         ]
     )
 
 
-def _parse(spark: Any, source: Path, fmt: str, opts: PipelineOptions) -> Any:
-    max_payload = opts.max_payload
+def _split_size(spark: Any, source: Path, partitions: int | None) -> str | None:
+    """--partitions N for a JSON lines file: split it into about N parts (what textFile's
+    minPartitions did). Returns the setting it replaced."""
+    if not partitions or source.is_dir() or source.suffix == ".parquet":
+        return None
+    saved = spark.conf.get(_SPLIT_CONF, None)
+    size = max(source.stat().st_size, 1)
+    spark.conf.set(_SPLIT_CONF, str(max(4096, -(-size // partitions))))
+    return saved if saved is not None else ""
+
+
+def _restore_split_size(spark: Any, saved: str | None) -> None:
+    if saved is None:
+        return
+    if saved:
+        spark.conf.set(_SPLIT_CONF, saved)
+    else:
+        spark.conf.unset(_SPLIT_CONF)
+
+
+def _read(spark: Any, source: Path, fmt: str, opts: PipelineOptions) -> Any:
+    """The input as a DataFrame read by the JVM: lines (`value`) or the Parquet's rows."""
     if fmt == JSONL:
-        lines = spark.sparkContext.textFile(str(source), minPartitions=opts.partitions or 2)
-        return (
-            lines.zipWithIndex()
-            .map(lambda pair: parse_line(pair[1] + 1, pair[0], max_payload))
-            .filter(lambda item: item is not None)
-        )
+        return spark.read.text(str(source))
     frame = spark.read.parquet(str(source))
-    if opts.partitions:
-        frame = frame.repartition(opts.partitions)
-
-    def check_row(pair: tuple[Any, int]) -> Message | Reject:
-        data = pair[0].asDict(recursive=True)
-        return check_message(pair[1] + 1, data, json.dumps(data, default=str), max_payload)
-
-    return frame.rdd.zipWithIndex().map(check_row)
+    return frame.repartition(opts.partitions) if opts.partitions else frame
 
 
-def _collect_rejects(parsed: Any, path: Path) -> tuple[int, Counter[str]]:
-    """One pass: count the messages, stream the rejects to the reject file (never to memory:
-    a wrong input can be all rejects)."""
+def _offsets(frame: Any) -> list[int]:
+    """Per partition, the number of lines before it: so a partition numbers its own lines as
+    the file does (a JVM-only count; no Python runs)."""
+    from pyspark.sql.functions import spark_partition_id
 
-    def per_partition(items: Iterator[Any]) -> Iterator[Any]:
-        good = 0
-        for item in items:
-            if isinstance(item, Message):
-                good += 1
-            else:
-                yield item
-        yield good
+    counts = dict(frame.select(spark_partition_id().alias("p")).groupBy("p").count().collect())
+    offsets, total = [], 0
+    for index in range(max(counts, default=-1) + 1):
+        offsets.append(total)
+        total += counts.get(index, 0)
+    return offsets
 
-    messages, reasons = 0, Counter()
+
+def _write_rejects(verdicts: Any, path: Path, count: int) -> Counter[str]:
+    """The rejects, in line order, to the reject file (streamed when there are many: a wrong
+    input can be all rejects)."""
+    reasons: Counter[str] = Counter()
+    if not count:
+        path.unlink(missing_ok=True)
+        return reasons
+    rows = verdicts.filter(verdicts.kind == REJECT).select("line", "reason", "text")
+    ordered = rows.orderBy("line")
+    source = ordered.collect() if count <= 100_000 else ordered.toLocalIterator()
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w") as out:
-        for item in parsed.mapPartitions(per_partition).toLocalIterator():
-            if isinstance(item, int):
-                messages += item
-            else:
-                reasons[_reason_key(item.reason)] += 1
-                out.write(item.to_json() + "\n")
-    if reasons:
-        tmp.replace(path)
-    else:
-        tmp.unlink()
-        path.unlink(missing_ok=True)
-    return messages, reasons
+        for row in source:
+            reasons[_reason_key(row["reason"])] += 1
+            out.write(Reject(row["line"], row["reason"], row["text"]).to_json() + "\n")
+    tmp.replace(path)
+    return reasons
 
 
-class _PartitionJob:
-    """The function run per partition on the executors (pickled by Spark, so plain data)."""
+def _progress_reader(sc: Any, opts: PipelineOptions, key: str) -> Callable[[], int] | None:
+    """How the driver reads the live processed count: from the Redis the claims go to (the
+    master file configure() gave the executors; none: finished tasks' counts only)."""
+    if opts.no_claims:
+        return None
+    if opts.plain_redis:
+        import redis
+
+        host, _, port = opts.plain_redis.rpartition(":")
+        plain = redis.Redis(host=host, port=int(port), socket_timeout=2)
+        return lambda: read_progress(plain, key)
+    from rabbitry.spark.settings import ENV_SETTINGS, EmbedSettings
+
+    raw = sc.getConf().get(f"spark.executorEnv.{ENV_SETTINGS}", None)
+    settings = EmbedSettings.from_json(raw) if raw else None
+    if settings is None or not settings.master_file:
+        return None
+    from failover import FailoverRedis
+
+    client = FailoverRedis(settings.master_file, system=settings.system, failover_timeout=1.0)
+    return lambda: read_progress(client, key)
+
+
+class _BatchJob:
+    """The function mapInArrow runs per partition on the executors: Arrow batches of lines in,
+    Arrow batches of verdicts out. Pickled by Spark, so plain data."""
 
     def __init__(
-        self, run_id: str, opts: PipelineOptions, pause_wait: float, counters: dict
+        self,
+        run_id: str,
+        opts: PipelineOptions,
+        *,
+        pause_wait: float,
+        fmt: str,
+        offsets: list[int],
+        progress: str,
+        retried: Any,
+        finished: Any,
     ) -> None:
         self.run_id = run_id
         self.batch = opts.batch
         self.ttl = opts.claim_ttl
         self.plain_redis = opts.plain_redis
+        self.no_claims = opts.no_claims
+        self.max_payload = opts.max_payload
         self.pause_wait = pause_wait
-        self.counters = counters
+        self.fmt = fmt
+        self.offsets = offsets
+        self.progress = progress
+        self.retried = retried
+        self.finished = finished  # processed, added as each partition ends (progress fallback)
+        self.profile_dir = opts.profile_dir
 
-    def _claimer(self, index: int) -> tuple[Claimer, str]:
+    def _claimer(self, index: int) -> tuple[Claimer | None, str]:
         owner = f"{self.run_id}:{index}"
+        progress = (self.progress, str(index))
+        if self.no_claims:
+            return None, "-"
         if self.plain_redis:
             import redis
 
             host, _, port = self.plain_redis.rpartition(":")
             client = redis.Redis(host=host, port=int(port))
-            return Claimer(client, self.run_id, owner, batch=self.batch, ttl=self.ttl), "-"
+            claimer = Claimer(
+                client, self.run_id, owner, batch=self.batch, ttl=self.ttl, progress=progress
+            )
+            return claimer, "-"
         import rabbitry.spark as rs
 
         wait = self.pause_wait
@@ -253,33 +368,147 @@ class _PartitionJob:
             revoked=rs.revoked_ids,
             batch=self.batch,
             ttl=self.ttl,
+            progress=progress,
         )
         return claimer, rs.node_name()
 
-    def __call__(self, index: int, messages: Iterator[Message]) -> Iterator[tuple]:
+    def _parse(self, batch: Any, first_line: int) -> list[Message | Reject]:
+        """Messages and rejects of one Arrow batch; blank lines are neither."""
+        out: list[Message | Reject] = []
+        limit = self.max_payload
+        if self.fmt == JSONL:
+            for n, raw in enumerate(batch.column(0).to_pylist(), first_line):
+                item = parse_line(n, raw or "", limit)
+                if item is not None:
+                    out.append(item)
+            return out
+        for n, data in enumerate(batch.to_pylist(), first_line):
+            item = check_message(n, data, "", limit)
+            if isinstance(item, Reject):  # the excerpt only for the rare reject
+                item = check_message(n, data, json.dumps(data, default=str), limit)
+            out.append(item)
+        return out
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        if not self.profile_dir:
+            yield from self._run(batches)
+            return
+        import cProfile
+
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        name = f"{self.run_id}-{context.partitionId()}-{context.attemptNumber()}.prof"
+        profile = cProfile.Profile()
+        profile.enable()
+        try:
+            yield from self._run(batches)
+        finally:
+            profile.disable()
+            Path(self.profile_dir).mkdir(parents=True, exist_ok=True)
+            profile.dump_stats(str(Path(self.profile_dir) / name))
+
+    def _run(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        index = context.partitionId() if context else 0
+        line = self.offsets[index] if index < len(self.offsets) else 0
         claimer, node = self._claimer(index)
-        counts = Counter()
-        for claim in claimer.claim(messages, key=lambda m: m.id):
-            counts[claim.verdict] += 1
-            if claim.verdict == PROCESS:
-                m = claim.item
-                yield (m.id, m.payload, node, index, m.line)
-        self.counters["processed"].add(counts[PROCESS])
-        self.counters["duplicate"].add(counts[DUPLICATE])
-        self.counters["revoked"].add(counts["revoked"])
-        self.counters["retried"].add(context.attemptNumber() if context else 0)
+        schema = _arrow_schema()
+        processed = 0
+        for batch in batches:
+            items = self._parse(batch, line + 1)
+            line += batch.num_rows
+            messages = [m for m in items if isinstance(m, Message)]
+            columns = _Columns(schema.names, index)
+            for reject in (r for r in items if isinstance(r, Reject)):
+                columns.reject(reject)
+            for start in range(0, len(messages), self.batch):
+                chunk = messages[start : start + self.batch]
+                if claimer is None:
+                    claims = [Claim(PROCESS, m) for m in chunk]
+                else:
+                    claims = claimer.claim_batch(chunk, _message_id)
+                for claim in claims:
+                    columns.add(claim.verdict, claim.item, node)
+                    processed += claim.verdict == PROCESS
+            yield pa.RecordBatch.from_pydict(columns.data, schema=schema)
+        self.retried.add(context.attemptNumber() if context else 0)
+        self.finished.add(processed)
+
+
+def _message_id(message: Message) -> str:
+    return message.id
+
+
+class _Columns:
+    """The columns of one output Arrow batch, filled a row at a time."""
+
+    def __init__(self, names: list[str], partition: int) -> None:
+        self.data: dict[str, list[Any]] = {name: [] for name in names}
+        self.partition = partition
+
+    def add(self, kind: str, message: Message, node: str) -> None:
+        data = self.data
+        data["kind"].append(kind)
+        data["id"].append(message.id)
+        data["payload"].append(message.payload if kind == PROCESS else None)
+        data["node"].append(node)
+        data["partition"].append(self.partition)
+        data["line"].append(message.line)
+        data["reason"].append(None)
+        data["text"].append(None)
+
+    def reject(self, reject: Reject) -> None:
+        data = self.data
+        for name, value in (
+            ("kind", REJECT),
+            ("id", None),
+            ("payload", None),
+            ("node", None),
+            ("partition", self.partition),
+            ("line", reject.line),
+            ("reason", reject.reason),
+            ("text", reject.text),
+        ):
+            data[name].append(value)
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("kind", pa.string()),
+            ("id", pa.string()),
+            ("payload", pa.string()),
+            ("node", pa.string()),
+            ("partition", pa.int32()),
+            ("line", pa.int64()),
+            ("reason", pa.string()),
+            ("text", pa.string()),
+        ]
+    )
 
 
 class ProgressWatcher:
-    """Polls Spark's status tracker for the job group's tasks and reports them: the driver's
-    progress without a listener (PySpark has no Python task listener)."""
+    """Polls Spark's status tracker for the job group's tasks, and the live processed count
+    the executors keep in Redis (`processed`), and reports them: the driver's progress without
+    a listener (PySpark has no Python task listener, and accumulators arrive at a task's end)."""
 
-    def __init__(self, sc: Any, group: str, report: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        sc: Any,
+        group: str,
+        report: Callable[[dict[str, Any]], None],
+        processed: Callable[[], int] | None = None,
+    ) -> None:
         self.sc, self.group, self.report = sc, group, report
-        self.counters: dict[str, Any] = {}  # the job's accumulators, once they exist
+        self.processed = processed
+        self.finished: Any = None  # an accumulator: processed by finished tasks (fallback)
+        self._best = 0  # a failover may lose the last batches' counts: never show a drop
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pipeline-progress", daemon=True)
 
@@ -289,7 +518,8 @@ class ProgressWatcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
-        self._poll()
+        with contextlib.suppress(Exception):
+            self._poll()
 
     def _poll(self) -> None:
         tracker = self.sc.statusTracker()
@@ -306,13 +536,18 @@ class ProgressWatcher:
                 total += stage.numTasks
                 failed += stage.numFailedTasks
                 active += stage.numActiveTasks
-        state = {"done": done, "total": total, "failed": failed, "active": active}
-        # Driver-side values: the sum over finished tasks (a task's counts arrive at its end).
-        state.update({name: acc.value for name, acc in self.counters.items()})
+        state: dict[str, Any] = {"done": done, "total": total, "failed": failed, "active": active}
+        if self.processed is not None:
+            # no master for a moment (a failover): keep the last count
+            with contextlib.suppress(Exception):
+                self._best = max(self._best, self.processed())
+        if self.finished is not None:
+            self._best = max(self._best, self.finished.value)
+        state["processed"] = self._best
         self.report(state)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(0.25):
             try:
                 self._poll()
             except Exception:  # the JVM may be going away; progress is best effort

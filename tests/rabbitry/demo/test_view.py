@@ -47,7 +47,7 @@ def test_render_shows_nodes_redis_progress_and_recent_events() -> None:
 
     for expected in (
         "running the job",
-        "a@127.0.0.1",
+        "a ",
         "executor",
         "paused",
         "down",
@@ -85,7 +85,7 @@ def test_plain_console_prints_at_most_once_per_second() -> None:
         for step in range(30):  # 3 s of updates every 0.1 s
             clock.now = 100.0 + step / 10
             view.update(_state(step))
-    lines = out.getvalue().splitlines()
+    lines = [x for x in out.getvalue().splitlines() if not x.startswith("  • ")]
 
     # at 0.0, 1.0, 2.0 (+/- float rounding), then the last state on exit
     assert 3 <= len(lines) <= 4
@@ -102,10 +102,39 @@ def test_plain_console_prints_a_phase_change_at_once() -> None:
         view.update(_state(2, "starting"))
         clock.now += 0.1
         view.update(_state(3, "killing the Redis master"))
-    lines = out.getvalue().splitlines()
+    lines = [x for x in out.getvalue().splitlines() if not x.startswith("  • ")]
 
     assert len(lines) == 2
     assert "starting" in lines[0] and "killing the Redis master" in lines[1]
+
+
+def test_plain_console_prints_each_event_once_as_its_own_line() -> None:
+    console, out = _plain_console()
+    clock = FakeClock()
+    with DemoView(console, clock=clock) as view:
+        state = _state(1)
+        state.events = ["  1.0s redis master killed 127.0.0.1:7000"]
+        view.update(state)
+        clock.now += 1.5
+        state = _state(2)
+        state.events = [*state.events[:0], "  1.0s redis master killed 127.0.0.1:7000"]
+        state.events.append("  1.2s warning failover: RCS: master check failed")
+        view.update(state)
+    events = [x for x in out.getvalue().splitlines() if x.startswith("  • ")]
+    assert events == [
+        "  • " + "  1.0s redis master killed 127.0.0.1:7000",
+        "  • " + "  1.2s warning failover: RCS: master check failed",
+    ]
+
+
+def test_executors_get_short_names() -> None:
+    from rabbitry.demo.names import short_name
+
+    assert short_name("spark-app-20261126075515-0000-1@127.0.0.1") == "executor 1"
+    assert short_name("spark-local-4242-driver@127.0.0.1") == "executor driver"
+    assert short_name("a@127.0.0.1") == "a"
+    state = DemoState(nodes={"spark-app-20261126075515-0000-0@127.0.0.1": ("executor", "down")})
+    assert "executor-0=down" in one_line(state)
 
 
 def test_terminal_console_redraws_in_place() -> None:
