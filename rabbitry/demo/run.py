@@ -76,6 +76,7 @@ class _Run:
         self.progress: dict[str, Any] = {}
         self.events: list[str] = []
         self.done = threading.Event()
+        self.job_done = threading.Event()  # no fault starts after the job has finished
         self.master: str | None = None
         self.executors: list[str] = []
 
@@ -133,9 +134,11 @@ def _faults(run: _Run, options: DemoOptions) -> None:
     """Kill the Redis master once claiming has begun; partition an executor once the new
     master is in place."""
     stack = run.stack
-    while not run.done.is_set() and int(run.progress.get("processed", 0)) <= 0:
-        run.done.wait(0.1)
-    if run.done.is_set():
+    # A tenth of the messages first, so that the plot shows the rate before the faults.
+    first = max(1, options.message_count // 10)
+    while not run.job_done.is_set() and int(run.progress.get("processed", 0)) < first:
+        run.job_done.wait(0.05)
+    if run.job_done.is_set():
         return
     killed = stack.kill_redis_master()
     run.event(REDIS_MASTER_KILLED, killed)
@@ -143,8 +146,9 @@ def _faults(run: _Run, options: DemoOptions) -> None:
     while stack.redis_master() in (killed, None) and time.monotonic() < deadline:
         if run.done.wait(0.05):
             return
+    if run.job_done.is_set():
+        return
     victim = run.executors[0] if run.executors else stack.core_name(stack.cores - 1)
-    run.done.wait(0.5)
     run.event(PARTITION_START, victim)
     try:
         stack.partition(victim, options.partition_seconds)
@@ -228,10 +232,9 @@ def _execute(run: _Run, options: DemoOptions, data: Any, work: Path) -> tuple[Pa
 
     run.phase("running the pipeline")
     run.event("job_started")
+    faults = threading.Thread(target=_faults, args=(run, options), name="demo-faults", daemon=True)
     if options.faults:
-        threading.Thread(
-            target=_faults, args=(run, options), name="demo-faults", daemon=True
-        ).start()
+        faults.start()
     output = work / "output.parquet"
     summary = run_pipeline(
         run.stack.spark,
@@ -245,6 +248,10 @@ def _execute(run: _Run, options: DemoOptions, data: Any, work: Path) -> tuple[Pa
         on_progress=run.on_progress,
     )
     run.event("job_finished")
+    run.job_done.set()
+    if faults.is_alive():  # the partition outlasted the job: sample it to its end
+        run.phase("healing the partition")
+        faults.join(options.partition_seconds + 30)
     run.done.set()
     run.refresh()
     return output, summary

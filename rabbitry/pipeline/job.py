@@ -309,7 +309,9 @@ def _progress_reader(sc: Any, opts: PipelineOptions, key: str) -> Callable[[], i
         return None
     from failover import FailoverRedis
 
-    client = FailoverRedis(settings.master_file, system=settings.system, failover_timeout=1.0)
+    client = FailoverRedis(
+        settings.master_file, system=settings.system, failover_timeout=1.0, retry_interval=0.2
+    )
     return lambda: read_progress(client, key)
 
 

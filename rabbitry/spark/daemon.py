@@ -34,11 +34,38 @@ def _say(text: str) -> None:
     print(f"rabbitry.spark.daemon[{os.getpid()}]: {text}", file=sys.stderr, flush=True)
 
 
+def _node_of_this_executor(info: Path) -> bool:
+    """Whether `info` names a running node that another daemon of this same executor started.
+    An executor runs one daemon per kind of Python worker (RDD functions, and SQL's Arrow
+    UDFs such as mapInArrow): they must share the executor's one node, not start two nodes of
+    the same name. Same executor: the daemon that started the node has our parent, the
+    executor's JVM."""
+    import psutil
+
+    try:
+        data = json.loads(info.read_text())
+        owner = psutil.Process(int(data["daemon_pid"]))
+        return owner.ppid() == os.getppid() and psutil.pid_exists(int(data["sidecar_pid"]))
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return False
+
+
 def start_sidecar(settings: EmbedSettings, identity: Identity) -> Path:
-    """Start the node's sidecar and wait for its info file; return the info file's path."""
+    """Start the node's sidecar and wait for its info file; return the info file's path. If
+    another daemon of this executor has started it already, share it."""
+    import fcntl
+
     data_dir = Path(settings.render(identity, 0, 0)["data_dir"])
     info = data_dir / INFO_FILE
     data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / "daemon.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two daemons of one executor starting at once
+        if _node_of_this_executor(info):
+            return info
+        return _start(settings, identity, data_dir, info)
+
+
+def _start(settings: EmbedSettings, identity: Identity, data_dir: Path, info: Path) -> Path:
     with contextlib.suppress(FileNotFoundError):
         info.unlink()  # a previous executor's: its node is gone
     command = [

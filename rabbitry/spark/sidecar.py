@@ -172,6 +172,7 @@ class Sidecar:
                 "wait_replicas": self.settings.wait_replicas,
                 "data_dir": str(self.data_dir),
                 "sidecar_pid": os.getpid(),
+                "daemon_pid": self.parent,
             },
         )
 

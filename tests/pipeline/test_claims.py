@@ -33,6 +33,8 @@ from rabbitry.spark.claims import (
     Claim,
     Claimer,
     claim_key,
+    progress_key,
+    read_progress,
 )
 from tests.services import RedisServer, _free_port
 from tests.waiting import wait_until
@@ -142,6 +144,34 @@ def test_a_retry_of_the_same_owner_processes_its_own_claims_again(client: redis.
     assert run(client, "run:1", ["b", "e"]) and client.get(claim_key(NS, "b")) == b"run:0"
     retry = run(client, "run:0", ["a", "b", "c", "d"], batch=2)
     assert verdicts(retry) == [("a", PROCESS), ("b", PROCESS), ("c", PROCESS), ("d", PROCESS)]
+
+
+def test_a_retry_rewrites_its_own_claims_keeping_their_ttl(client: redis.Redis) -> None:
+    """The rewrite is what lets the retry's WAIT cover a claim whose first attempt died
+    before its own WAIT: it must be a write (a second SET, XX), keep the owner, and keep the
+    original expiry."""
+    run(client, "run:0", ["a"])
+    client.expire(claim_key(NS, "a"), 500)
+    client.config_resetstat()
+    assert verdicts(run(client, "run:0", ["a"])) == [("a", PROCESS)]
+    assert client.info("commandstats")["cmdstat_set"]["calls"] == 2  # NX refused, then XX
+    assert client.get(claim_key(NS, "a")) == b"run:0"
+    assert 0 < client.ttl(claim_key(NS, "a")) <= 500
+
+
+def test_each_batch_records_its_partitions_live_count(client: redis.Redis) -> None:
+    key = progress_key(NS, "1")
+    claimer = Claimer(client, NS, "run:0", batch=2, progress=(key, "0"))
+    stream = claimer.claim(items("a", "b", "a", "c", "d"), key=by_id)
+    next(stream), next(stream)  # the first batch: a, b
+    assert read_progress(client, key) == 2
+    list(stream)
+    assert read_progress(client, key) == 4  # a twice is one message
+    assert 0 < client.ttl(key) <= 86400
+    # a retried attempt writes its own count over the failed one's, never adds to it
+    retry = Claimer(client, NS, "run:0", batch=10, progress=(key, "0"))
+    list(retry.claim(items("a", "b"), key=by_id))
+    assert read_progress(client, key) == 2
 
 
 def test_a_retry_with_a_decoding_client(client: redis.Redis, server: RedisServer) -> None:
