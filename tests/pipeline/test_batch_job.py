@@ -1,0 +1,87 @@
+"""The pipeline's Python pass (`_BatchJob`, what mapInArrow runs per partition) on Arrow
+batches, outside Spark: parse, check, claim (plain SET NX on a real redis-server) and the
+verdict columns. The JVM's part (reading, counting, writing) is tested in tests/spark."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rabbitry.pipeline.job import PipelineOptions, _BatchJob
+from rabbitry.spark.claims import progress_key, read_progress
+from tests.services import RedisServer, _free_port
+
+pa = pytest.importorskip("pyarrow")
+
+
+class Counter:
+    """Stands in for a Spark accumulator (the job only calls add)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, n: int) -> None:
+        self.value += n
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    started = RedisServer(_free_port(), tmp_path_factory.mktemp("batch-job-redis"))
+    started.start()
+    try:
+        yield started
+    finally:
+        started.stop(kill=True)
+
+
+def run(job: _BatchJob, *batches: list[str | None]) -> list[dict[str, Any]]:
+    arrow = [pa.RecordBatch.from_pydict({"value": lines}) for lines in batches]
+    return [row for out in job(iter(arrow)) for row in out.to_pylist()]
+
+
+def make(server: RedisServer, tmp_path: Path, **options: Any) -> tuple[_BatchJob, Counter]:
+    done = Counter()
+    opts = PipelineOptions(run_id="bj", batch=2, plain_redis=f"127.0.0.1:{server.port}", **options)
+    job = _BatchJob(
+        "bj",
+        opts,
+        pause_wait=0.0,
+        fmt="jsonl",
+        offsets=[0],
+        progress=progress_key("bj", "1"),
+        retried=Counter(),
+        finished=done,
+    )
+    return job, done
+
+
+def test_verdicts_line_numbers_and_rejects(server: RedisServer, tmp_path: Path) -> None:
+    import redis
+
+    redis.Redis(port=server.port).flushall()
+    job, done = make(server, tmp_path)
+    first = [json.dumps({"id": "a", "payload": "1"}), "{oops", ""]
+    second = [json.dumps({"id": "b", "payload": {"n": 2}}), json.dumps({"id": "a", "payload": "3"})]
+    rows = run(job, first, second)
+    by_line = {row["line"]: row for row in rows}
+    assert sorted(by_line) == [1, 2, 4, 5]  # line 3 is blank: neither message nor reject
+    assert (by_line[1]["kind"], by_line[1]["id"], by_line[1]["payload"]) == ("process", "a", "1")
+    assert by_line[2]["kind"] == "reject" and by_line[2]["reason"].startswith("malformed JSON")
+    assert by_line[2]["text"] == "{oops"
+    assert (by_line[4]["kind"], by_line[4]["payload"]) == ("process", '{"n":2}')
+    assert (by_line[5]["kind"], by_line[5]["payload"]) == ("duplicate", None)
+    assert {row["node"] for row in rows if row["kind"] != "reject"} == {"-"}
+    assert done.value == 2
+    assert read_progress(redis.Redis(port=server.port), progress_key("bj", "1")) == 2
+
+
+def test_no_claims_is_the_same_pass_without_redis(server: RedisServer, tmp_path: Path) -> None:
+    job, done = make(server, tmp_path, no_claims=True)
+    lines = [json.dumps({"id": "x", "payload": "p"})] * 2
+    rows = run(job, lines)
+    assert [row["kind"] for row in rows] == ["process", "process"]  # nothing claimed or deduped
+    assert done.value == 2
