@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from rabbitry.control import ControlError
-from rabbitry.testing.cluster import Cluster, ClusterFactory, faultproxy_available
+from rabbitry.control import ControlClient, ControlError
+from rabbitry.testing.cluster import COOKIE, Cluster, ClusterFactory, faultproxy_available
 from tests.services import require_redis
 from tests.waiting import wait_until
 
@@ -49,14 +49,25 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         factory.close()
 
 
+def patient(c: Cluster, node: str) -> ControlClient:
+    """A control client that waits 30 s for an answer (the cluster's own waits 5 s): on a
+    loaded machine a node may be slow to answer, which is not what these tests check."""
+    host, _, port = json.loads(c.config_file(node).read_text())["control"].rpartition(":")
+    return ControlClient(host, int(port), COOKIE, timeout=30)
+
+
+def status(c: Cluster, node: str) -> dict:
+    return patient(c, node).status()
+
+
 def known(c: Cluster, node: str, x: str) -> bool:
-    members = c.client(node).ephemeral()
+    members = patient(c, node).ephemeral()
     return x in members["up"] or x in members["down"]
 
 
 def never_paused(c: Cluster) -> None:
     for node in CORE:
-        st = c.status(node)
+        st = status(c, node)
         assert not st["paused"] and st["running"] == CORE, st
         assert not any("pausing the application" in line for line in c.proc(node).stderr())
 
@@ -64,12 +75,12 @@ def never_paused(c: Cluster) -> None:
 def test_sigkilled_ephemeral_nodes_never_pause_the_core_and_are_forgotten(core: Cluster) -> None:
     xs = core.add_ephemeral(3)
     for x in xs:
-        wait_until(lambda x=x: not core.status(x)["paused"], f"{x} to run", 30)
-    wait_until(lambda: core.status("a")["ephemeral"] == xs, "a to list the ephemeral nodes", 15)
-    st = core.status(xs[0])
+        wait_until(lambda x=x: not status(core, x)["paused"], f"{x} to run", 30)
+    wait_until(lambda: status(core, "a")["ephemeral"] == xs, "a to list the ephemeral nodes", 30)
+    st = status(core, xs[0])
     assert st["all"] == CORE and st["running"] == CORE and st["ephemeral"] == [xs[0]]
     for node in CORE:  # never members, never in the cluster files
-        st = core.status(node)
+        st = status(core, node)
         assert st["all"] == CORE and st["disc"] == CORE
         files = (core.data_dir(node) / "cluster_nodes.config").read_text()
         assert not any(x in files for x in xs)
@@ -89,15 +100,15 @@ def test_status_join_leave_and_no_store_on_an_ephemeral_node(core: Cluster) -> N
     # seeded with a core member that is not there: `rabbitry cluster join` attaches it
     stale = {"cluster": {"nodes": {"z@127.0.0.1": "127.0.0.1:9"}}}
     (x,) = core.add_ephemeral(1, stale, prefix="j")
-    assert core.status(x)["paused"]
-    core.client(x).join("a@127.0.0.1", f"127.0.0.1:{core.dist_ports['a@127.0.0.1']}")
-    wait_until(lambda: not core.status(x)["paused"], f"{x} to run after joining", 20)
-    assert set(core.status(x)["all"]) >= set(CORE)
-    wait_until(lambda: x in core.status("b")["ephemeral"], "b to see it", 10)
+    assert status(core, x)["paused"]
+    patient(core, x).join("a@127.0.0.1", f"127.0.0.1:{core.dist_ports['a@127.0.0.1']}")
+    wait_until(lambda: not status(core, x)["paused"], f"{x} to run after joining", 20)
+    assert set(status(core, x)["all"]) >= set(CORE)
+    wait_until(lambda: x in status(core, "b")["ephemeral"], "b to see it", 30)
     with pytest.raises(ControlError, match="ephemeral"):
-        core.client(x).mnesia_status()
+        patient(core, x).mnesia_status()
     with pytest.raises(ControlError, match="ephemeral member"):
-        core.client("a").mnesia("add_table_copy", table="t", node=x, type="disc_copies")
+        patient(core, "a").mnesia("add_table_copy", table="t", node=x, type="disc_copies")
     out = _rabbitry("cluster", "status", "--json", *_control(core, "a"))
     assert x in json.loads(out)["ephemeral"]
     # a graceful stop is a leave: forgotten at once, not after forget_ephemeral_after
@@ -125,11 +136,13 @@ def _rabbitry(*args: str) -> str:
 
 def test_gossip_revokes_and_elections_work_on_an_ephemeral_node(core: Cluster) -> None:
     (x,) = core.add_ephemeral(1, GOSSIP, prefix="g")
-    client = core.client(x)
+    client = patient(core, x)
     wait_until(lambda: set(client.gossip()["alive"]) >= set(CORE), f"{x} to hear the core", 20)
-    wait_until(lambda: x in core.client("a").gossip()["alive"], "the core to hear it", 20)
+    wait_until(lambda: x in patient(core, "a").gossip()["alive"], "the core to hear it", 30)
     client.revoke(["task-from-an-executor"])
-    wait_until(lambda: "task-from-an-executor" in core.client("b").revoked(), "the revoke at b", 10)
+    wait_until(
+        lambda: "task-from-an-executor" in patient(core, "b").revoked(), "the revoke at b", 30
+    )
     assert client.elect("ephemeral-election", timeout=10) in [*CORE, x]
     once = client.request("POST", "/gossip/elect_once", {"key": "k1", "timeout": 10})
     assert once["winner"] in [*CORE, x]
@@ -139,7 +152,7 @@ def test_gossip_revokes_and_elections_work_on_an_ephemeral_node(core: Cluster) -
 def test_one_seed_is_enough_the_rest_of_the_core_is_learned(core: Cluster) -> None:
     seed = {"cluster": {"nodes": {"a@127.0.0.1": f"127.0.0.1:{core.dist_ports['a@127.0.0.1']}"}}}
     (x,) = core.add_ephemeral(1, seed, prefix="s")
-    wait_until(lambda: not core.status(x)["paused"], f"{x} to reach a majority", 30)
+    wait_until(lambda: not status(core, x)["paused"], f"{x} to reach a majority", 30)
     for node in CORE:
-        wait_until(lambda n=node: x in core.status(n)["ephemeral"], f"{node} to see {x}", 10)
+        wait_until(lambda n=node: x in status(core, n)["ephemeral"], f"{node} to see {x}", 30)
     core.kill(x)
