@@ -510,8 +510,14 @@ def test_a_client_cut_from_the_bus_blocks_the_switch_until_it_is_back(failover_s
     s.api.set_enabled(s.bus_proxies["rcc-2"], True)
     s.wait(lambda: s.names() == {new.address}, "the switch after healing", 20)
     assert role(new) == "master"
-    for c in s.files:
-        assert s.watch.history(c)[0] == old.address and s.watch.history(c)[-1] == new.address
+    for c in s.files:  # the watch samples on its own thread: it may be a moment behind
+        s.wait(
+            lambda c=c: (
+                s.watch.history(c)[0] == old.address and s.watch.history(c)[-1] == new.address
+            ),
+            f"{c}'s history to end at the new master",
+            5,
+        )
 
     # the old master returns (empty, as a master): the RCS makes it a replica of the new one
     old.start("--repl-diskless-sync-delay", "0")
