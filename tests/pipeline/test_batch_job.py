@@ -85,3 +85,32 @@ def test_no_claims_is_the_same_pass_without_redis(server: RedisServer, tmp_path:
     rows = run(job, lines)
     assert [row["kind"] for row in rows] == ["process", "process"]  # nothing claimed or deduped
     assert done.value == 2
+
+
+def test_the_driver_reads_the_live_count_from_the_executors_master_file(
+    server: RedisServer, tmp_path: Path
+) -> None:
+    """What the demo's view shows while the job runs: the driver finds the master file in the
+    settings configure() gave the executors, and sums the partitions' counts there."""
+    import redis
+    from pyspark import SparkConf
+
+    from failover.master_file import RedisMasterFile
+    from rabbitry.pipeline.job import _progress_reader
+    from rabbitry.spark.settings import ENV_SETTINGS, EmbedSettings
+
+    master_file = tmp_path / "redis-master"
+    RedisMasterFile(master_file, "demo").write(f"127.0.0.1:{server.port}")
+    settings = EmbedSettings(node={}, master_file=str(master_file), system="demo")
+
+    class Context:
+        def getConf(self) -> Any:  # SparkContext's name
+            return SparkConf(loadDefaults=False).set(
+                f"spark.executorEnv.{ENV_SETTINGS}", settings.to_json()
+            )
+
+    key = progress_key("live", "7")
+    client = redis.Redis(port=server.port)
+    client.hset(key, mapping={"0": 300, "1": 200})
+    reader = _progress_reader(Context(), PipelineOptions(), key)
+    assert reader is not None and reader() == 500
