@@ -20,6 +20,25 @@ Decisions worth knowing before reading the code:
   answers it with its record and the member list (and again whenever either changes), never
   connects to it, and forgets it when it leaves (telling the other core nodes) or once its
   link has been down for `forget_ephemeral_after` seconds.
+- A heal resumes once (issue 15). While a heal brings links back one at a time, the cluster
+  passes through partial partitions, and RabbitMQ's rules (resume as soon as a majority is
+  reachable; pause when a partial partition is confirmed) made a node resume, pause and
+  resume within a second: its connect attempt to the last peer had begun during the cut and
+  was still waiting. The rule, asymmetric on purpose:
+  * a paused node resumes only into a fully-connected part that may run (its part of
+    partitions.decompose), and only once it holds the current view of every peer it reaches
+    (`_resume_check`), not merely when it reaches a majority;
+  * a running node does not pause for a partial partition over a link that may be coming
+    back: for `heal_settle` (2 ping rounds + 0.5 s) after a nodeup, the members still down
+    count as linked to it, a partial_partition about them is put off and then checked
+    afresh, and a peer whose view has not arrived since its nodeup counts as linked too;
+  * a partial-partition pause and a resume are held `decision_hold` (0.25 s) and taken only
+    if the answer stays the same: nodes that come back together decide on views a message
+    round trip apart (two overlapping cliques, each best to one of them; a view from before
+    a node's own pause). Pauses by the reachable count are never held.
+  The running nodes then form a clique that only grows as links return, so no running node
+  pauses, and each paused node resumes once, when its last link into that clique is back.
+  tests/sim/heal.py checks it on schedules that heal link by link.
 """
 
 from __future__ import annotations
@@ -41,6 +60,8 @@ TIMER_PING = "ping_down_nodes"
 TIMER_PAUSE_CHECK = "pause_check"
 TIMER_KEEPALIVE = "keepalive"
 TIMER_STARTUP = "startup"
+TIMER_HEAL_SETTLE = "heal_settle"
+TIMER_HOLD = "decision_hold"
 CUT_TIMER = "disconnect:"  # + node: close a link we asked the peer to close
 FORGET_TIMER = "forget_ephemeral:"  # + node: forget an ephemeral member down this long
 
@@ -69,6 +90,8 @@ class NodeMonitorCore:
         disconnect_delay: float = 0.1,
         hold_app: bool = False,
         forget_ephemeral_after: float = 30.0,
+        heal_settle: float | None = None,
+        decision_hold: float = 0.25,
     ) -> None:
         self.node = node
         self.creation = creation
@@ -80,6 +103,22 @@ class NodeMonitorCore:
         # still in a minority after that is really cut off (RabbitMQ: runs until a nodedown)
         self.startup_grace = down_ping_interval if startup_grace is None else startup_grace
         self.disconnect_delay = disconnect_delay
+        # After a link comes back, the members still down may be coming back too: a connect
+        # attempt to them that began during the cut can be waiting out its timeout (the
+        # NetKernel's connect_timeout, one ping interval), and the next ping starts a fresh
+        # one. So for this long after a nodeup, a partial partition about them is not acted
+        # on; once it is over it is checked afresh (issue 15, "a heal resumes once").
+        self.heal_settle = 2 * down_ping_interval + 0.5 if heal_settle is None else heal_settle
+        self._settling: dict[str, float] = {}  # down member -> until when (see heal_settle)
+        self._deferred: set[str] = set()  # ... of which a partial partition was put off
+        # A running node pauses for a partial partition, and a paused node resumes, only
+        # once the answer has stayed the same this long: views travel as messages, and while
+        # a heal brings nodes back, nodes that come back together decide on views a message
+        # round trip apart (two overlapping cliques each looking best to one of them, a view
+        # from before a node's pause). Pauses by the reachable count are never held.
+        self.decision_hold = decision_hold
+        self._hold_since: float | None = None
+        self._now = 0.0
         status = status.normalized(node)
         self._all: set[str] = set(status.all)
         # A cluster always has a disc node; a status without any (hand-made) makes us one.
@@ -196,6 +235,12 @@ class NodeMonitorCore:
         if node not in self._all:
             return [*out, Log.info("nodeup from a node that is not a member; ignored", node=node)]
         out.append(Log.info("node up", node=node))
+        self._settling.pop(node, None)
+        self._deferred.discard(node)
+        if self.heal_settle > 0:
+            for n in self._others() - set(self._up) - self._cut:
+                self._settling[n] = now + self.heal_settle
+            out += self._arm_settle_timer(now)
         # A new peer is a new possible checker: members still down for us get checked again
         # from the next ping round (a nodedown that came while we saw nobody checked nothing).
         self._down_ticks.clear()
@@ -284,7 +329,11 @@ class NodeMonitorCore:
             down = sorted(self._others() - set(self._up) - self._cut)
             out += [Connect(n) for n in down]
             if key == TIMER_PING and not self._partial:
-                out += self._recheck_down(down)
+                out += self._recheck_down([n for n in down if not self._is_settling(n, now)])
+        elif key == TIMER_HEAL_SETTLE:
+            out += self._settled(now)
+        elif key == TIMER_HOLD:
+            pass  # _settle below decides again, now that the hold may be over
         elif key == TIMER_KEEPALIVE:
             # RabbitMQ casts keepalive to the alive nodes; ours also carries what node_up and
             # view said, so a message lost without the connection going is repaired.
@@ -549,6 +598,17 @@ class NodeMonitorCore:
         if node in self._up or sender not in self._up:
             # RabbitMQ acts on it regardless; by now the picture has changed, so it is stale.
             return [Log.info("partial_partition no longer holds; ignored", node=node, proxy=sender)]
+        if self._is_settling(node, now):
+            self._deferred.add(node)
+            return [
+                Log.info(
+                    "partial_partition put off: the node may still be reconnecting after a heal",
+                    node=node,
+                    proxy=sender,
+                    for_s=round(self._settling[node] - now, 3),
+                ),
+                *self._arm_settle_timer(now),
+            ]
         out: list[Effect] = [
             Log.warning(
                 "Partial partition detected: we saw DOWN from the node; we can still see the "
@@ -782,6 +842,8 @@ class NodeMonitorCore:
             s.discard(node)
         self._views.forget(node)
         self._down_seen.pop(node, None)
+        self._settling.pop(node, None)
+        self._deferred.discard(node)
         return out
 
     def _gone(self, node: str, record: bool = True) -> list[Effect]:
@@ -869,6 +931,37 @@ class NodeMonitorCore:
             ):
                 out += self._check_partial_partition(n)
         return out
+
+    def _is_settling(self, node: str, now: float) -> bool:
+        until = self._settling.get(node)
+        if until is None:
+            return False
+        if now < until:
+            return True
+        del self._settling[node]
+        return False
+
+    def _arm_settle_timer(self, now: float) -> list[Effect]:
+        """Fire when the earliest settle time is over: the decision is made again without
+        it, and a put-off partial partition is checked afresh."""
+        due = [until for until in self._settling.values() if until > now]
+        if not due or TIMER_HEAL_SETTLE in self._timers:
+            return []
+        self._timers.add(TIMER_HEAL_SETTLE)
+        return [SetTimer(TIMER_HEAL_SETTLE, max(min(due) - now, 0.0) + 1e-3)]
+
+    def _settled(self, now: float) -> list[Effect]:
+        """The settle time of some put-off partial partitions is over: the members still down
+        are checked afresh (RabbitMQ's check_partial_partition, with today's picture)."""
+        out: list[Effect] = []
+        for n in sorted(self._deferred):
+            if self._is_settling(n, now):
+                continue
+            self._deferred.discard(n)
+            if n not in self._up and n in self._all and n not in self._cut:
+                out.append(Log.info("heal settled; the node is still down: checking", node=n))
+                out += self._check_partial_partition(n)
+        return out + self._arm_settle_timer(now)
 
     def _partial_in_sight(self) -> bool:
         """Whether the nodes we can reach, directly or not, fail to all see each other."""
@@ -965,7 +1058,10 @@ class NodeMonitorCore:
 
     def _settle(self, now: float) -> list[Effect]:
         """Bring everything that derives from the state up to date, after every event."""
+        self._now = now
         out = self._refresh_view()
+        for n in [n for n, until in self._settling.items() if now >= until]:
+            del self._settling[n]
         if self._partial and not self._partial_in_sight():
             self._partial = False
             out.append(Log.info("the partial partition is no longer in sight"))
@@ -992,6 +1088,8 @@ class NodeMonitorCore:
         enough: when a node dies, its peers see it go at different moments, and the first to
         notice would pause for nothing.)"""
         mode = self.config.mode
+        # the partial-partition hold stays only while that path keeps answering "pause"
+        held, self._hold_since = self._hold_since, None
         if mode not in ("pause_minority", "pause_if_all_down"):
             return False, ""
         reachable = frozenset(self._connected() | {self.node})
@@ -1002,10 +1100,27 @@ class NodeMonitorCore:
                     "not a strict majority"
                 )
             return True, "pause_if_all_down: none of the preferred nodes is reachable"
+        if self._paused:
+            stay, why = self._resume_check()
+            if stay or not self._connected():  # alone: no views in flight to wait for
+                return stay, why
+            since = self._now if held is None else held
+            if self._now - since < self.decision_hold:
+                self._hold_since = since  # _ensure_timers brings us back when it is over
+                return True, "resuming once the picture has held"
+            return False, ""
         if not self._partial:
             return False, ""
-        mine = part_of(self.node, self._parts())
+        # Members still settling after a heal (heal_settle), and peers that just connected
+        # and whose view we have not had yet, count as linked to us: a running node does not
+        # pause over a link whose reconnect may be on its way, or that has already happened.
+        assume = set(self._settling) | (self._connected() - self._fresh)
+        mine = part_of(self.node, self._parts(assume=assume))
         if self._part_runs(mine):
+            return False, ""
+        since = self._now if held is None else held
+        if self._now - since < self.decision_hold:
+            self._hold_since = since  # _ensure_timers brings us back when the hold is over
             return False, ""
         if mode == "pause_minority":
             return True, (
@@ -1013,6 +1128,27 @@ class NodeMonitorCore:
                 f"node has {len(mine)} of {len(self._all)} members, not a strict majority"
             )
         return True, "pause_if_all_down: partial partition; no preferred node in this node's part"
+
+    def _resume_check(self) -> tuple[bool, str]:
+        """A paused node resumes once (issue 15): only when it has the current view of every
+        member it reaches, and its part of partitions.decompose may run: a strict majority
+        that is fully connected (or one holding a preferred node), not merely a majority it
+        reaches. While a heal brings links back one at a time, a node that reaches a majority
+        through one peer is still in a partial partition, and resuming there meant pausing
+        again a ping round later, when the check confirmed it (or pausing a running node on
+        the other side of the missing link). The running nodes form a clique, so the part
+        that wins holds all of them and only grows as links return: nobody running pauses,
+        and each paused node resumes once, when its last link to that part is back."""
+        waiting = sorted(self._connected() - self._fresh)
+        if waiting:
+            return True, f"resuming waits for the current views of {waiting}"
+        mine = part_of(self.node, self._parts())
+        if self._part_runs(mine):
+            return False, ""
+        return True, (
+            f"resuming waits for a full connection to a part that may run; this node's "
+            f"fully-connected part is {sorted(mine)}"
+        )
 
     def _decide(self) -> list[Effect]:
         """Pause or resume from the current state alone; nothing in flight can block it."""
@@ -1081,7 +1217,11 @@ class NodeMonitorCore:
             TIMER_PAUSE_CHECK: (self._paused, self.down_ping_interval),
             TIMER_KEEPALIVE: (self._started, self.keepalive_interval),
             TIMER_STARTUP: (self._started and self._booting, self.startup_grace),
+            TIMER_HOLD: (self._hold_since is not None, self.decision_hold),
         }
+        if TIMER_HEAL_SETTLE in self._timers and not self._settling:
+            self._timers.discard(TIMER_HEAL_SETTLE)
+            out.append(CancelTimer(TIMER_HEAL_SETTLE))
         for key, (needed, after) in wanted.items():
             if needed and key not in self._timers:
                 self._timers.add(key)

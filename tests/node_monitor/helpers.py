@@ -70,4 +70,6 @@ def connect(c: NodeMonitorCore, *nodes: str, now: float = 0.0, views: bool = Tru
     if views:
         for n in nodes:
             out += c.receive(n, view(n, everyone, stamp=100), now)
+    if "decision_hold" in c._timers:  # a resume (or pause) held for decision_hold: let it pass
+        out += c.timer("decision_hold", now + c.decision_hold)
     return out

@@ -43,6 +43,10 @@ class NetConfig:
     tick_model: str = "rabbitry"  # "rabbitry": down after exactly net_ticktime; or "erlang"
     lossy: bool = False  # frames sent across a cut are lost even if the connection survives
     json_frames: bool = True  # round-trip every remote message through JSON, as the wire does
+    # > 0: a handshake that meets a cut (at its start or on the way) fails only this long after
+    # it began, as a TCP connect whose SYN was dropped does (NetKernel's connect_timeout), and
+    # until then no other attempt for the pair starts. 0: it fails as soon as it would finish.
+    connect_timeout: float = 0.0
 
 
 class CoreKind(Protocol):

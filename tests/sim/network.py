@@ -117,10 +117,25 @@ class Conn:
 class _Pending:
     """A handshake in progress and the frames waiting for it (auto-connect)."""
 
-    __slots__ = ("aborted", "ep", "inc_i", "inc_t", "initiator", "key", "queue", "target")
+    __slots__ = (
+        "aborted",
+        "doomed",
+        "ep",
+        "inc_i",
+        "inc_t",
+        "initiator",
+        "key",
+        "queue",
+        "started",
+        "target",
+    )
 
-    def __init__(self, key: tuple[str, str], i: SimNode, t: SimNode, ep: tuple[int, int]):
+    def __init__(
+        self, key: tuple[str, str], i: SimNode, t: SimNode, ep: tuple[int, int], now: float
+    ):
         self.key = key
+        self.started = now
+        self.doomed = False  # it met a cut: it fails when connect_timeout is up
         self.initiator = i
         self.target = t
         self.inc_i = i.incarnation
@@ -380,22 +395,37 @@ class Network:
             return None
         key = (node.name, peer) if node.name < peer else (peer, node.name)
         ep = (self.epoch.get((node.name, peer), 0), self.epoch.get((peer, node.name), 0))
-        p = _Pending(key, node, pn, ep)
+        p = _Pending(key, node, pn, ep, sim.now)
         self.pending[key] = p
         rng = sim.rng
         dur = sum(rng.uniform(self.lat_lo, self.lat_hi) for _ in range(self.cfg.handshake_hops))
+        if self.cfg.connect_timeout > 0 and not (
+            self.link_up(node.name, peer) and self.link_up(peer, node.name)
+        ):
+            p.doomed = True  # the SYN (or the reply) is dropped: wait for the timeout
+            dur = self.cfg.connect_timeout
         sim._push(sim.now + dur, self._handshake_done, (p,))
         sim.record(node, "connect", peer)
         return p
 
     def _handshake_done(self, p: _Pending) -> None:
         sim = self.sim
-        if self.pending.get(p.key) is p:
-            del self.pending[p.key]
         i, t = p.initiator, p.target
         a, b = i.name, t.name
+        cut = p.ep != (self.epoch.get((a, b), 0), self.epoch.get((b, a), 0)) or not (
+            self.link_up(a, b) and self.link_up(b, a)
+        )
+        wait = p.started + self.cfg.connect_timeout - sim.now
+        if cut and not p.aborted and self.cfg.connect_timeout > 0 and wait > 1e-9:
+            # It met a cut on the way: the attempt hangs until its timeout.
+            p.doomed = True
+            sim._push(sim.now + wait, self._handshake_done, (p,))
+            return
+        if self.pending.get(p.key) is p:
+            del self.pending[p.key]
         ok = (
-            not p.aborted
+            not p.doomed
+            and not p.aborted
             and i.alive
             and t.alive
             and not i.frozen

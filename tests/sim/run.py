@@ -103,11 +103,14 @@ def build(
     core: str | Any = "auto",
     trace_len: int | None = 200,
     net: NetConfig | None = None,
+    kind_factory: Any = NodeMonitorKind,
 ) -> tuple[Sim, NodeMonitorInvariants]:
-    """A Sim with the schedule's nodes booted at t=0 and its ops queued, plus the checker."""
+    """A Sim with the schedule's nodes booted at t=0 and its ops queued, plus the checker.
+    `kind_factory(api, members, mode)` makes the node monitor kind (tests/sim/heal.py wraps
+    it to count pauses and resumes)."""
     sim = Sim(schedule.seed, net=net, trace_len=trace_len)
     members = list(schedule.nodes)
-    kind = NodeMonitorKind(core_api(core), members, schedule.mode)
+    kind = kind_factory(core_api(core), members, schedule.mode)
     sim.add_kind(kind)
     for name in members:
         sim.add_node(name)
