@@ -325,14 +325,17 @@ class ControlClient:
         """Any route, by method and path: the JSON answer, or ControlError."""
         return self._request(method, path, body)
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        connection: http.client.HTTPConnection
+    def _connection(self) -> http.client.HTTPConnection:
+        """A new HTTP(S) connection to the node (a subclass may make its socket elsewhere:
+        rabbitry.testing reaches nodes inside network namespaces)."""
         if self._context is not None:
-            connection = http.client.HTTPSConnection(
+            return http.client.HTTPSConnection(
                 self.host, self.port, timeout=self.timeout, context=self._context
             )
-        else:
-            connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        connection = self._connection()
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Authorization": f"Bearer {self._token}"}
         if data is not None:

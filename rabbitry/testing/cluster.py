@@ -17,6 +17,10 @@ ticks stop (net_ticktime), as in RabbitMQ's partitions_SUITE. `cut(..., disconne
 instead disables both proxies, which closes every connection at once and refuses new ones.
 `heal()` removes every toxic (which closes the connections they held) and re-enables every
 proxy, so the nodes reconnect.
+
+`network="netns"` puts each node in its own network namespace on a bridge instead, and makes
+the same cuts with iptables rules in the kernel (rabbitry/testing/netns.py); the handle's API
+is the same. It needs root, `ip` and `iptables`, and says why in one line when it cannot run.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any
 
 from rabbitry.control import ControlClient, ControlError
 from rabbitry.testing.launcher import Launcher, NodeSpec, OsNode
+from rabbitry.testing.netns import NetnsError, NetnsNet, netns_socket, unavailable
 
 __all__ = [
     "FAULTPROXY_READY",
@@ -61,6 +66,28 @@ DEFAULT_TREE = (
     "supervisor:\n  children:\n    - id: idle\n      start: 'rabbitry.examples_workers:Idle'\n"
 )
 _CUT = {"type": "timeout", "attributes": {"timeout": 0}, "toxicity": 1.0}
+NETWORKS = ("proxy", "netns")
+NETNS_DIST_PORT = 7000  # each node has its own namespace, so every node can use the same ports
+NETNS_CONTROL_PORT = 7100
+
+
+class _NetnsControlClient(ControlClient):
+    """A control client whose connections are made inside a node's network namespace, where
+    its control API listens on loopback."""
+
+    def __init__(self, ns: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ns = ns
+
+    def _connection(self) -> http.client.HTTPConnection:
+        connection = super()._connection()
+        ns, address, timeout = self.ns, (self.host, self.port), self.timeout
+
+        def connect() -> None:
+            connection.sock = netns_socket(ns, address, timeout)
+
+        connection.connect = connect  # type: ignore[method-assign]
+        return connection
 
 
 @dataclass(frozen=True)
@@ -201,7 +228,7 @@ class Cluster:
     def __init__(
         self,
         launcher: Launcher,
-        api: ToxiproxyAPI,
+        api: ToxiproxyAPI | None,
         root: Path,
         n: int,
         *,
@@ -211,13 +238,24 @@ class Cluster:
         proxy_prefix: str = "",
         config: dict[str, Any] | None = None,
         tls: bool = False,
+        network: str = "proxy",
     ) -> None:
         if n < 1:
             raise ValueError(f"a cluster needs at least 1 node, got {n}")
+        if network not in NETWORKS:
+            raise ValueError(f"network: expected one of {NETWORKS}, got {network!r}")
+        self.network = network
+        self.netns: NetnsNet | None = None
+        if network == "netns":
+            if tls:
+                raise ValueError('network="netns" does not take tls=True yet')
+            self.netns = NetnsNet(n)
         self.launcher = launcher
         self.api = api
         self.root = root
         self.net_ticktime = net_ticktime
+        # The same names in both modes (the config's cluster.nodes says where each peer is),
+        # so that a test runs unchanged in either.
         self.nodes: list[str] = [node_name(i) for i in range(n)]
         self.proxy_prefix = proxy_prefix
         self.procs: dict[str, OsNode] = {}
@@ -250,6 +288,9 @@ class Cluster:
             from rabbitry.tls_gen import generate
 
             tls_files = {f.node: f for f in generate(self.cafile.parent, self.nodes)[1]}
+        if self.netns is not None:
+            self._configure_netns(partition_handling, tree_path)
+            return
         with reserved_ports(2 * len(self.nodes)) as ports:
             dist = dict(zip(self.nodes, ports[: len(self.nodes)], strict=True))
             control = dict(zip(self.nodes, ports[len(self.nodes) :], strict=True))
@@ -307,6 +348,8 @@ class Cluster:
         Names go on from the ones already added: x0@127.0.0.1, x1@127.0.0.1, ..."""
         if self.cafile is not None:
             raise NotImplementedError("add_ephemeral makes no TLS certificates yet")
+        if self.netns is not None:
+            raise NotImplementedError('add_ephemeral does not work with network="netns" yet')
         first = len(self.ephemeral)
         names = [f"{prefix}{first + i}@{HOST}" for i in range(n)]
         core = {b: f"{HOST}:{port}" for b, port in self.dist_ports.items()}
@@ -342,6 +385,50 @@ class Cluster:
         self.procs.update(zip(names, self.launcher.start(*specs), strict=True))
         return names
 
+    def _configure_netns(self, partition_handling: str | dict[str, Any], tree_path: Path) -> None:
+        """One namespace per node: dist on its bridge address, control on its loopback."""
+        assert self.netns is not None
+        self.netns.make()
+        for k, a in enumerate(self.nodes):
+            short = a.partition("@")[0]
+            config = {
+                "node": a,
+                "listen": f"{self.netns.ip(k)}:{NETNS_DIST_PORT}",
+                "cookie_file": "./cookie",
+                "data_dir": f"./data/{short}",
+                "net_ticktime": self.net_ticktime,
+                "partition_handling": partition_handling,
+                "control": f"{HOST}:{NETNS_CONTROL_PORT}",
+                "tree": str(tree_path),
+            }
+            peers = {
+                b: f"{self.netns.ip(j)}:{NETNS_DIST_PORT}"
+                for j, b in enumerate(self.nodes)
+                if b != a
+            }
+            if peers:
+                config["cluster"] = {"nodes": peers}
+            config.update(self._extra)
+            path = self.root / f"{short}.yaml"
+            path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
+            ns = self.netns.ns(k)
+            self._clients[a] = _NetnsControlClient(ns, HOST, NETNS_CONTROL_PORT, COOKIE, timeout=5)
+            self._quick[a] = _NetnsControlClient(ns, HOST, NETNS_CONTROL_PORT, COOKIE, timeout=1)
+            self._specs[a] = NodeSpec(
+                short,
+                [
+                    *self.netns.exec_prefix(k),
+                    sys.executable,
+                    "-m",
+                    "rabbitry",
+                    "node",
+                    "start",
+                    "--config",
+                    str(path),
+                ],
+                cwd=str(self.root),
+            )
+
     def _tree_file(self, tree: Any) -> Path:
         if tree is None or (isinstance(tree, str) and "\n" in tree):
             path = self.root / "app.yaml"
@@ -372,6 +459,8 @@ class Cluster:
                     os.killpg(proc.pid, signal.SIGTERM)
         for proc in procs:
             proc.stop(self.launcher.grace)
+        if self.netns is not None:
+            self.netns.remove()
         created, self._created = self._created, []
         for proxy in created:
             with contextlib.suppress(ToxiproxyError):
@@ -426,6 +515,15 @@ class Cluster:
         a, b = self.resolve(a), self.resolve(b)
         if a == b:
             raise ValueError(f"cannot cut {a} from itself")
+        if self.netns is not None:
+            if disconnect and oneway:
+                raise ValueError("disconnect=True closes both directions; it cannot be oneway")
+            i, j = self.nodes.index(a), self.nodes.index(b)
+            for src, dst in ((i, j),) if oneway else ((i, j), (j, i)):
+                if (self.nodes[src], self.nodes[dst]) not in self._cuts:
+                    self.netns.drop(src, dst, reject=disconnect)
+                    self._cuts.add((self.nodes[src], self.nodes[dst]))
+            return
         if disconnect:
             if oneway:
                 raise ValueError("disconnect=True closes both directions; it cannot be oneway")
@@ -469,6 +567,8 @@ class Cluster:
     def heal(self) -> None:
         """Remove every toxic and re-enable every proxy of this cluster."""
         with self._faulting("heal"):
+            if self.netns is not None:
+                self.netns.heal()
             for proxy in self._created:
                 for toxic in self.api.toxics(proxy):
                     with contextlib.suppress(ToxiproxyError):
@@ -519,9 +619,15 @@ class Cluster:
 
     # -- observing -----------------------------------------------------------------------
 
-    def client(self, node: str) -> ControlClient:
-        """The node's control API client (status, gossip, mnesia, ...)."""
-        return self._clients[self.resolve(node)]
+    def client(self, node: str, timeout: float | None = None) -> ControlClient:
+        """The node's control API client (status, gossip, mnesia, ...); with `timeout`, a
+        new one with that timeout."""
+        client = self._clients[self.resolve(node)]
+        if timeout is None:
+            return client
+        if isinstance(client, _NetnsControlClient):
+            return _NetnsControlClient(client.ns, client.host, client.port, COOKIE, timeout=timeout)
+        return ControlClient(client.host, client.port, COOKIE, timeout=timeout, cafile=self.cafile)
 
     def status(self, node: str) -> dict[str, Any]:
         """The node's cluster status from its control API (raises ControlError if down)."""
@@ -660,10 +766,18 @@ class ClusterFactory:
         wait: bool = True,
         config: dict[str, Any] | None = None,
         tls: bool = False,
+        network: str = "proxy",
     ) -> Cluster:
         """Start an n-node cluster and (with `wait`) wait until it has formed. `config` adds
         keys to every node's config (`bus:`, `gossip:`, `alarms:`, ...); `tls` runs it over
-        TLS with certificates from `rabbitry tls gen` (in the cluster's root, tls/)."""
+        TLS with certificates from `rabbitry tls gen` (in the cluster's root, tls/).
+        `network="netns"`: each node in its own network namespace, cuts by iptables rules
+        (rabbitry/testing/netns.py); raises NetnsError, one line saying why, where it cannot
+        run (not root, no `ip` or `iptables`)."""
+        if network == "netns":
+            why = unavailable()
+            if why:
+                raise NetnsError(why)
         index = len(self.clusters)
         prefix = (
             f"rabbitry-{os.getpid()}-{id(self):x}-{index}:"
@@ -672,7 +786,7 @@ class ClusterFactory:
         )
         cluster = Cluster(
             self.launcher,
-            self.api,
+            self.api if network != "netns" else None,
             self.root / f"cluster{index}",
             n,
             partition_handling=partition_handling,
@@ -681,6 +795,7 @@ class ClusterFactory:
             proxy_prefix=prefix,
             config=config,
             tls=tls,
+            network=network,
         )
         self.clusters.append(cluster)
         cluster.start()

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rabbitry.testing.cluster import Cluster, ClusterFactory, faultproxy_available
+from rabbitry.testing.netns import leftovers, our_prefix, unavailable
 
 __all__ = ["Cluster", "ClusterFactory", "cluster"]
 
@@ -33,8 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
-    """A factory: `cluster(n, partition_handling="pause_minority", net_ticktime=1.0, tree=None)`
-    starts n nodes (a@127.0.0.1, ...), waits until they form a cluster, returns a Cluster."""
+    """A factory: `cluster(n, partition_handling="pause_minority", net_ticktime=1.0, tree=None,
+    network="proxy")` starts n nodes (a@127.0.0.1, ...), waits until they form a cluster,
+    returns a Cluster. `network="netns"` puts each node in a network namespace and cuts with
+    iptables (root only). A test that leaves a namespace or bridge of ours behind fails."""
     if not faultproxy_available():
         pytest.skip(f"{SKIP_REASON} (no `python -m rabbitry faultproxy`, no $TOXIPROXY_URL)")
     factory = ClusterFactory(tmp_path / "rabbitry-cluster")
@@ -42,3 +45,7 @@ def cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
         yield factory
     finally:
         factory.close()
+        if unavailable() is None:
+            left = leftovers(our_prefix())
+            if left:  # a namespace, bridge or veth of ours outlived the test: fail it
+                pytest.fail(f"netns teardown left {', '.join(left)}", pytrace=False)

@@ -11,9 +11,37 @@ from collections.abc import Callable
 
 import pytest
 
-from rabbitry.testing.cluster import Cluster
+from rabbitry.testing.cluster import NETWORKS, Cluster
 from rabbitry.testing.history import History, check, collect
+from rabbitry.testing.netns import unavailable as netns_unavailable
 from rabbitry.testing.workload import STOP_FILE, WORKLOAD_TREE
+
+# The partitions_SUITE cases run in both network modes: faults made by the fault proxy
+# (user space) and by iptables rules in network namespaces (the kernel, as Jepsen does). The
+# five-node cases run in the proxy mode only, to keep the suite's time.
+BOTH_MODES = ("test_partitions_suite",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "network" in metafunc.fixturenames:
+        both = metafunc.module.__name__.rpartition(".")[2] in BOTH_MODES
+        metafunc.parametrize("network", NETWORKS if both else ("proxy",))
+
+
+@pytest.fixture
+def cluster(cluster: Callable[..., Cluster], network: str) -> Callable[..., Cluster]:
+    """The plugin's `cluster` factory, in this test's network mode (skipped, saying why, where
+    network="netns" cannot run)."""
+    if network == "netns":
+        why = netns_unavailable()
+        if why:
+            pytest.skip(why)
+
+    def make(*args: object, **kwargs: object) -> Cluster:
+        kwargs.setdefault("network", network)
+        return cluster(*args, **kwargs)
+
+    return make
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
