@@ -289,7 +289,11 @@ class Cluster:
 
             tls_files = {f.node: f for f in generate(self.cafile.parent, self.nodes)[1]}
         if self.netns is not None:
-            self._configure_netns(partition_handling, tree_path)
+            try:
+                self._configure_netns(partition_handling, tree_path)
+            except BaseException:
+                self.netns.remove()  # nobody else will: the handle never reached its owner
+                raise
             return
         with reserved_ports(2 * len(self.nodes)) as ports:
             dist = dict(zip(self.nodes, ports[: len(self.nodes)], strict=True))
@@ -774,6 +778,8 @@ class ClusterFactory:
         `network="netns"`: each node in its own network namespace, cuts by iptables rules
         (rabbitry/testing/netns.py); raises NetnsError, one line saying why, where it cannot
         run (not root, no `ip` or `iptables`)."""
+        if network not in NETWORKS:
+            raise ValueError(f"network: expected one of {NETWORKS}, got {network!r}")
         if network == "netns":
             why = unavailable()
             if why:

@@ -117,6 +117,23 @@ def netns_socket(ns: str, address: tuple[str, int], timeout: float) -> socket.so
     raise TimeoutError(f"connecting inside {ns} to {address} did not finish")
 
 
+_next = [os.getpid() % 200]
+
+
+def _free_subnet(tag: str) -> int:
+    """A subnet number (10.231.<k>.0/24, k in 20..219) whose bridge name is not taken:
+    successive nets of one process never reuse a name that is still being torn down."""
+    taken = set()
+    if os.path.isdir("/sys/class/net"):
+        taken = set(os.listdir("/sys/class/net"))
+    for _ in range(200):
+        _next[0] = (_next[0] + 1) % 200
+        k = _next[0] + 20
+        if f"{tag}x{k}br"[:15] not in taken:
+            return k
+    raise NetnsError("netns: no free subnet of 10.231.20-219.0/24 (bridges left behind?)")
+
+
 @dataclass
 class NetnsNet:
     """A bridge and `n` namespaces on it. `make()` builds them, `remove()` takes them down."""
@@ -130,12 +147,15 @@ class NetnsNet:
         if not 1 <= self.n <= 200:
             raise ValueError(f"netns: 1 to 200 nodes, got {self.n}")
         if self.subnet < 0:
-            self.subnet = (os.getpid() + id(self)) % 200 + 20  # 10.231.20-219.0/24
+            self.subnet = _free_subnet(self.tag)
         self.tag = f"{self.tag}x{self.subnet}"
 
     @property
     def bridge(self) -> str:
         return f"{self.tag}br"[:15]
+
+    def host_veth(self, k: int) -> str:
+        return f"{self.tag}h{k}"[:15]
 
     def ns(self, k: int) -> str:
         return f"{self.tag}n{k}"
@@ -154,7 +174,7 @@ class NetnsNet:
             _run("ip", "addr", "add", f"10.231.{self.subnet}.1/24", "dev", self.bridge)
             _run("ip", "link", "set", self.bridge, "up")
             for k in range(self.n):
-                ns, host, peer = self.ns(k), f"{self.tag}h{k}"[:15], f"{self.tag}p{k}"[:15]
+                ns, host, peer = self.ns(k), self.host_veth(k), f"{self.tag}p{k}"[:15]
                 _run("ip", "netns", "add", ns)
                 self.made.append(f"netns:{ns}")
                 _run("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
@@ -188,10 +208,17 @@ class NetnsNet:
         return ["ip", "netns", "exec", self.ns(k)]
 
     def remove(self) -> None:
-        """Delete what make() made (namespaces take their veth ends and rules with them)."""
+        """Delete everything of this net, whatever make() got to (namespaces take their veth
+        ends and rules with them); safe to call twice."""
         errors = []
-        for item in reversed(self.made):
+        items = [f"netns:{self.ns(k)}" for k in range(self.n)]
+        items += [f"link:{self.host_veth(k)}" for k in range(self.n)] + [f"link:{self.bridge}"]
+        for item in items:
             kind, _, name = item.partition(":")
+            if kind == "netns" and not os.path.exists(os.path.join(_NETNS_DIR, name)):
+                continue
+            if kind == "link" and not os.path.exists(os.path.join("/sys/class/net", name)):
+                continue
             cmd = ("ip", "netns", "del", name) if kind == "netns" else ("ip", "link", "del", name)
             try:
                 _run(*cmd)
