@@ -21,6 +21,8 @@ from typing import Any
 
 from rich.text import Text
 
+from rabbitry.demo.names import short_name
+
 _EXAMPLES = 10  # ids quoted per problem, enough to start debugging without a huge report
 
 
@@ -151,7 +153,7 @@ def summary_lines(report: Mapping[str, Any], *, markup: bool = True) -> list[str
     pauses = report.get("pause_seconds")
     if isinstance(pauses, Mapping):
         paused = {node: s for node, s in pauses.items() if s}
-        text = ", ".join(f"{node} {s:.2f} s" for node, s in paused.items()) or "none"
+        text = ", ".join(f"{short_name(node)} {s:.2f} s" for node, s in paused.items()) or "none"
         lines.append(f"Paused: {text}")
     elif pauses is not None:
         lines.append(f"Paused: {pauses:.2f} s")

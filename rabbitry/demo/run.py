@@ -27,6 +27,7 @@ from typing import Any
 
 from rabbitry.demo.data import generate_messages
 from rabbitry.demo.logs import DemoLog
+from rabbitry.demo.names import short_name
 from rabbitry.demo.report import check_exactly_once, summary_lines, write_report
 from rabbitry.demo.stack import DemoStack
 from rabbitry.demo.timeline import (
@@ -82,8 +83,9 @@ class _Run:
 
     def event(self, kind: str, detail: str = "") -> None:
         entry = self.timeline.event(kind, detail)
+        shown = short_name(detail) if "@" in detail else detail  # the report keeps it whole
         with self.lock:
-            self.events.append(f"{entry.t:6.1f}s {kind.replace('_', ' ')} {detail}".rstrip())
+            self.events.append(f"{entry.t:6.1f}s {kind.replace('_', ' ')} {shown}".rstrip())
             self.events = self.events[-8:]
 
     def note(self, text: str) -> None:
@@ -190,6 +192,9 @@ def run_demo(options: DemoOptions, view: DemoView | None = None) -> dict[str, An
                 raise DemoFailed(
                     f"{tail}\nthe demo failed: {explain(exc)}; the full log: {log_file}"
                 ) from None
+            finally:  # while the log is the file: the shutdown's lines go there too
+                run.done.set()
+                stack.stop()
         for line in summary_lines(report):
             view.console.print(line)
         view.console.print(

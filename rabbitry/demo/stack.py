@@ -71,6 +71,10 @@ def _executor_node(_: Any) -> str:
     return rs.node_name()
 
 
+def _arrow_identity(batches: Any) -> Any:
+    yield from batches
+
+
 class DemoStack:
     """See the module doc. `master`: the Spark master URL; `cores`: core node count."""
 
@@ -257,6 +261,7 @@ class DemoStack:
                 raise SparkStartError(explain(exc, sc.pythonExec)) from None
             seen |= set(found)
             if len(seen) >= executors:
+                self._warm_arrow_workers()
                 return sorted(seen)
             if time.monotonic() > deadline:
                 raise SparkStartError(
@@ -264,6 +269,13 @@ class DemoStack:
                     f"({', '.join(sorted(seen)) or 'none'}); see the executors' sidecar.log and "
                     f"node.log under {self.executors_root}"
                 )
+
+    def _warm_arrow_workers(self) -> None:
+        """Start each executor's SQL Python daemon (the pipeline's mapInArrow runs there; it
+        imports pyarrow and pandas), so the job's first batches claim at once rather than
+        after that start."""
+        frame = self.spark.range(0, 64, 1, 16)
+        frame.mapInArrow(_arrow_identity, schema=frame.schema).count()
 
     # ------------------------------------------------------------------ looking
 

@@ -534,6 +534,8 @@ class ProgressWatcher:
                 stage = tracker.getStageInfo(stage_id)
                 if stage is None:
                     continue
+                if job.status == "SUCCEEDED" and not stage.numCompletedTasks:
+                    continue  # skipped: its output was there already (the cached verdicts)
                 done += stage.numCompletedTasks
                 total += stage.numTasks
                 failed += stage.numFailedTasks
