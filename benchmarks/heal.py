@@ -82,6 +82,7 @@ def measure(heals: int, nodes: int, hold: float) -> dict[str, Any]:
     resumes: list[int] = []
     pauses: list[int] = []
     others_paused = 0
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rabbitry-heal-bench-") as tmp:
         factory = ClusterFactory(Path(tmp))
         try:
@@ -102,7 +103,11 @@ def measure(heals: int, nodes: int, hold: float) -> dict[str, Any]:
                 def whole() -> bool:
                     return all(c.running(n) == c.nodes and not c.paused(n) for n in c.nodes)
 
-                c.wait_for(whole, 60, "every application running after the heal")
+                try:
+                    c.wait_for(whole, 60, "every application running after the heal")
+                except AssertionError as exc:  # a round that never recovers is a result too
+                    failed.append(str(exc).splitlines()[0])
+                    break
                 apps.append(time.time() - t0)
                 day = dt.date.today()
 
@@ -126,6 +131,7 @@ def measure(heals: int, nodes: int, hold: float) -> dict[str, Any]:
         "resumes": resumes,
         "pauses": pauses,
         "others_paused": others_paused,
+        "failed": failed,
     }
 
 
@@ -145,6 +151,8 @@ def _summary(name: str, r: dict[str, Any]) -> dict[str, float]:
         "apps_p99": _pct(r["apps"], 0.99),
     }
     once = sum(1 for a, p in zip(r["resumes"], r["pauses"], strict=True) if a == 1 and p == 0)
+    for why in r.get("failed", []):
+        print(f"{name:>9}: a heal did not recover: {why}")
     print(
         f"{name:>9}: heal -> every link up p50 {s['links_p50']:.3f} s, p99 "
         f"{s['links_p99']:.3f} s; heal -> every application running p50 {s['apps_p50']:.3f} s,"
