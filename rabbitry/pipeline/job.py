@@ -374,17 +374,21 @@ class _BatchJob:
         )
         return claimer, rs.node_name()
 
-    def _parse(self, batch: Any, first_line: int) -> list[Message | Reject]:
-        """Messages and rejects of one Arrow batch; blank lines are neither."""
+    def _rows(self, batch: Any) -> list[Any]:
+        """An Arrow batch as Python values: lines (JSON lines) or dicts (Parquet rows)."""
+        return batch.column(0).to_pylist() if self.fmt == JSONL else batch.to_pylist()
+
+    def _parse(self, rows: list[Any], first_line: int) -> list[Message | Reject]:
+        """Messages and rejects of some rows; blank lines are neither."""
         out: list[Message | Reject] = []
         limit = self.max_payload
         if self.fmt == JSONL:
-            for n, raw in enumerate(batch.column(0).to_pylist(), first_line):
+            for n, raw in enumerate(rows, first_line):
                 item = parse_line(n, raw or "", limit)
                 if item is not None:
                     out.append(item)
             return out
-        for n, data in enumerate(batch.to_pylist(), first_line):
+        for n, data in enumerate(rows, first_line):
             item = check_message(n, data, "", limit)
             if isinstance(item, Reject):  # the excerpt only for the rare reject
                 item = check_message(n, data, json.dumps(data, default=str), limit)
@@ -421,21 +425,26 @@ class _BatchJob:
         schema = _arrow_schema()
         processed = 0
         for batch in batches:
-            items = self._parse(batch, line + 1)
-            line += batch.num_rows
-            messages = [m for m in items if isinstance(m, Message)]
+            rows = self._rows(batch)
             columns = _Columns(schema.names, index)
-            for reject in (r for r in items if isinstance(r, Reject)):
-                columns.reject(reject)
-            for start in range(0, len(messages), self.batch):
-                chunk = messages[start : start + self.batch]
+            # Parse and claim a claim batch at a time, not the whole Arrow batch (10,000 rows,
+            # often a whole partition) first: the live count then moves as the work does.
+            for start in range(0, len(rows), self.batch):
+                items = self._parse(rows[start : start + self.batch], line + start + 1)
+                chunk: list[Message] = []
+                for item in items:
+                    if isinstance(item, Message):
+                        chunk.append(item)
+                    else:
+                        columns.reject(item)
                 if claimer is None:
                     claims = [Claim(PROCESS, m) for m in chunk]
                 else:
-                    claims = claimer.claim_batch(chunk, _message_id)
+                    claims = claimer.claim_batch(chunk, _message_id) if chunk else []
                 for claim in claims:
                     columns.add(claim.verdict, claim.item, node)
                     processed += claim.verdict == PROCESS
+            line += len(rows)
             yield pa.RecordBatch.from_pydict(columns.data, schema=schema)
         self.retried.add(context.attemptNumber() if context else 0)
         self.finished.add(processed)
