@@ -73,7 +73,7 @@ def _link_times(
     return None
 
 
-def measure(heals: int, nodes: int, hold: float) -> dict[str, Any]:
+def measure(heals: int, nodes: int, hold: float, network: str = "proxy") -> dict[str, Any]:
     """Run the rounds against whatever `rabbitry` this interpreter imports."""
     from rabbitry.testing.cluster import ClusterFactory
 
@@ -86,7 +86,8 @@ def measure(heals: int, nodes: int, hold: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rabbitry-heal-bench-") as tmp:
         factory = ClusterFactory(Path(tmp))
         try:
-            c = factory(nodes, "pause_minority", net_ticktime=1.0)
+            extra = {"network": network} if network != "proxy" else {}
+            c = factory(nodes, "pause_minority", net_ticktime=1.0, **extra)
             iso, rest = c.nodes[-1], c.nodes[:-1]
             for _ in range(heals):
                 c.partition([iso], rest)
@@ -169,6 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--hold", type=float, default=2.0, help="seconds the cut lasts once settled")
     ap.add_argument("--baseline", default=BASELINE, help="git rev of the baseline ('' for none)")
+    ap.add_argument(
+        "--network",
+        default="proxy",
+        choices=("proxy", "netns"),
+        help="netns: kernel DROP rules (root); the baseline tree has no netns mode, so the "
+        "same-run baseline is then this tree in proxy mode",
+    )
     ap.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.measure_only:
@@ -178,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.heals} heals of one isolated node of {args.nodes}, pause_minority, "
         f"net_ticktime 1 s, cut held {args.hold:g} s after it settled"
     )
-    current = measure(args.heals, args.nodes, args.hold)
-    now = _summary("this tree", current)
+    current = measure(args.heals, args.nodes, args.hold, args.network)
+    now = _summary(f"this tree ({args.network})", current)
+    if args.network == "netns":
+        base = _summary("this tree (proxy)", measure(args.heals, args.nodes, args.hold))
+        _ratios(now, base)
+        return 0
     if not args.baseline:
         return 0
     with tempfile.TemporaryDirectory(prefix="rabbitry-heal-baseline-") as tmp:
@@ -207,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"baseline run failed:\n{done.stderr[-3000:]}")
         return 1
     base = _summary(f"baseline {args.baseline}", json.loads(done.stdout.splitlines()[-1]))
+    _ratios(now, base)
+    return 0
+
+
+def _ratios(now: dict[str, float], base: dict[str, float]) -> None:
     for key, label in (
         ("links_p50", "every link up p50"),
         ("links_p99", "every link up p99"),
@@ -214,7 +231,6 @@ def main(argv: list[str] | None = None) -> int:
         ("apps_p99", "every application running p99"),
     ):
         print(f"  {label}: {now[key]:.3f} s vs {base[key]:.3f} s, ratio {now[key] / base[key]:.2f}")
-    return 0
 
 
 if __name__ == "__main__":
