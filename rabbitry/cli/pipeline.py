@@ -49,7 +49,11 @@ def register(commands: Any) -> None:
     )
     run.add_argument("--input", required=True, help="JSON lines file, or Parquet file/directory")
     run.add_argument("--output", required=True, help="where the Parquet results go")
-    run.add_argument("--master", default=DEFAULT_MASTER, help="the Spark master URL")
+    run.add_argument(
+        "--master",
+        help=f"the Spark master URL (default: spark-submit's --master when submitted with "
+        f"rabbitry/pipeline/submit.py, else {DEFAULT_MASTER})",
+    )
     run.add_argument(
         "--node-config",
         help="node config template for the executors' nodes (YAML/TOML; see docs/spark.md)",
@@ -126,11 +130,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    builder = (
-        SparkSession.builder.master(args.master)
-        .appName("rabbitry-pipeline")
-        .config("spark.ui.showConsoleProgress", "false")  # ours is on the console
-    )
+    builder = _builder(SparkSession, args.master)
     if not args.plain_redis:
         from rabbitry.spark import SparkEmbedError, configure
 
@@ -188,6 +188,25 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print("\n".join(summary.lines()))
     return 0
+
+
+def _builder(session: Any, master: str | None) -> Any:
+    """The session builder; its master is --master, else spark-submit's (not set here, so
+    that spark-submit's holds), else DEFAULT_MASTER."""
+    builder = session.builder.appName("rabbitry-pipeline").config(
+        "spark.ui.showConsoleProgress",
+        "false",  # ours is on the console
+    )
+    master = master or (None if _submitted() else DEFAULT_MASTER)
+    return builder.master(master) if master else builder
+
+
+def _submitted() -> bool:
+    """Whether spark-submit started this process: it hands its JVM over through
+    PYSPARK_GATEWAY_PORT, with the master and conf it was given."""
+    import os
+
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def _log_to(log_file: Path) -> None:

@@ -88,6 +88,7 @@ class DemoStack:
         wait_replicas: int = 1,
         spark_conf: dict[str, str] | None = None,
         spark_log: str | os.PathLike[str] | None = None,
+        forget_ephemeral_after: float | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         self.master = master
@@ -97,6 +98,8 @@ class DemoStack:
         self.spark_conf = dict(spark_conf or {})
         # Where the JVM's output goes (Spark's warnings, log4j, the workers); None: the console
         self.spark_log = Path(spark_log).resolve() if spark_log else None
+        # the core's cluster.forget_ephemeral_after in seconds (None: the node's default)
+        self.forget_ephemeral_after = forget_ephemeral_after
         self.cookie = uuid.uuid4().hex
         self.exchange = f"demo-{uuid.uuid4().hex[:8]}"
         self.redis: RedisSet | None = None
@@ -189,7 +192,7 @@ class DemoStack:
                 "cookie": self.cookie,
                 "data_dir": str(self.root / "nodes" / name.split("@")[0]),
                 "net_ticktime": f"{self.net_ticktime}s",
-                "cluster": {"nodes": {n: a for n, a in dist.items() if n != name}},
+                "cluster": self._cluster_section(name, dist),
                 "partition_handling": "pause_minority",
                 "bus": self.bus_url,
                 "gossip": {"exchange": self.exchange},
@@ -207,6 +210,12 @@ class DemoStack:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the core nodes did not all run in 30 s: {self.core_views()}")
             time.sleep(0.1)
+
+    def _cluster_section(self, name: str, dist: dict[str, str]) -> dict[str, Any]:
+        section: dict[str, Any] = {"nodes": {n: a for n, a in dist.items() if n != name}}
+        if self.forget_ephemeral_after is not None:
+            section["forget_ephemeral_after"] = f"{self.forget_ephemeral_after}s"
+        return section
 
     def node_template(self) -> dict[str, Any]:
         return {
