@@ -210,6 +210,7 @@ def run_pipeline(
 
 REJECT = "reject"
 _SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
+_SHUFFLE_CONF = "spark.sql.shuffle.partitions"
 
 
 def _verdict_schema() -> Any:
@@ -263,7 +264,19 @@ def _offsets(frame: Any) -> list[int]:
     the file does (a JVM-only count; no Python runs)."""
     from pyspark.sql.functions import spark_partition_id
 
-    counts = dict(frame.select(spark_partition_id().alias("p")).groupBy("p").count().collect())
+    # One reduce task, not spark.sql.shuffle.partitions (200): this count is the job's first
+    # step, and 200 tasks of nothing were seconds of "0 messages" in the live view.
+    spark = frame.sparkSession
+    saved = spark.conf.get(_SHUFFLE_CONF, None)
+    spark.conf.set(_SHUFFLE_CONF, "1")
+    try:
+        rows = frame.select(spark_partition_id().alias("p")).groupBy("p").count().collect()
+    finally:
+        if saved is None:
+            spark.conf.unset(_SHUFFLE_CONF)
+        else:
+            spark.conf.set(_SHUFFLE_CONF, saved)
+    counts = dict(rows)
     offsets, total = [], 0
     for index in range(max(counts, default=-1) + 1):
         offsets.append(total)
