@@ -104,11 +104,12 @@ class StandaloneCluster:
 def kill_tree(proc: subprocess.Popen[bytes], psutil: Any) -> None:
     """SIGKILL a process started in its own session, its process group, and every descendant
     (an executor JVM, its Python daemon, workers and sidecar nodes may have left the group)."""
+    tree = []
     with contextlib.suppress(psutil.Error):
         tree = psutil.Process(proc.pid).children(recursive=True)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    for child in locals().get("tree", []):
+    for child in tree:
         with contextlib.suppress(psutil.Error):
             child.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
