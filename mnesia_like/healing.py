@@ -117,8 +117,7 @@ class Healer:
         return out + self.s.persist()
 
     def on_check(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        self.s.peer_loaded[sender] = set(str_list(m["loaded"]) or [])
-        self.s.peer_loading[sender] = set(str_list(m["loading"]) or [])
+        self.s.peer_tables(sender, m)
         out = self.loader.try_loads() + self.waiters.check()
         sums = m.get("sums")
         if isinstance(sums, dict) and self.anti_entropy:

@@ -334,8 +334,7 @@ class Membership:
         new = sender not in self.s.running
         self.s.running.add(sender)
         self._peer_inc[sender] = m["inc"]
-        self.s.peer_loaded[sender] = set(str_list(m["loaded"]) or [])
-        self.s.peer_loading[sender] = set(str_list(m["loading"]) or [])
+        self.s.peer_tables(sender, m)
         dm = {}
         for t, stamp in (m.get("disc_max") or {}).items():
             if isinstance(stamp, list) and len(stamp) == 2 and isinstance(stamp[0], int):

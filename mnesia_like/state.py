@@ -143,6 +143,12 @@ class NodeState:
         self._rid += 1
         return self._rid
 
+    def peer_tables(self, peer: str, m: dict[str, Any]) -> None:
+        """Take `peer`'s loaded and loading tables from its hello or check: both messages
+        carry the whole lists, so they replace what we knew (a shrunk list is news too)."""
+        self.peer_loaded[peer] = set(str_list(m["loaded"]) or [])
+        self.peer_loading[peer] = set(str_list(m["loading"]) or [])
+
     def learn_active(self, active: Any) -> None:
         """A no vote told us of replicas we did not know were active: write to them too."""
         if not isinstance(active, dict):
