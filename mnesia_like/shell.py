@@ -69,7 +69,7 @@ from mnesia_like.schema_file import read_schema, schema_path, write_schema
 from mnesia_like.tx import DECISIONS
 from monitors.core_timers import CoreTimers, Fired
 from monitors.dist import Message, NetKernel, NodeDown, NodeUp
-from monitors.effects import Send
+from monitors.effects import CancelTimer, Log, Send, SetTimer
 from monitors.shell_effects import CONNECT_DONE, ShellEffects
 from supervisors import Process
 
@@ -82,6 +82,12 @@ _DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
 # Answers to a transaction's operations may pass a pending fsync: the caller acts on what they
 # carry only through the transaction's commit (or abort), whose answer waits for it.
 _EARLY_OPS = frozenset({"tx_begin", "tx_read", "tx_write", "tx_delete", "tx_match", "tx_select"})
+# Effects that may be performed before the messages gathered for other nodes go out: nobody
+# outside the store sees them. Any other effect (a final answer, an event, a Connect) sends
+# those first (_flush_sends), so what the store did before it is on the wire when a caller or
+# subscriber learns of it, as when each message went out at once. Answers to a transaction's
+# operations (_EARLY_OPS) may pass too: the caller acts on them only through the commit.
+_AFTER_SENDS_OK = frozenset({SetTimer, CancelTimer, Log})
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,9 @@ class Mnesia(Process):
         self._syncer: _Syncer | None = None
         self._selfq: deque[dict[str, Any]] = deque()  # messages to this node, in order
         self._draining = False
+        # messages to other nodes gathered during one event, per peer and name, in order:
+        # each peer's go out in one write at the end of the event (see _flush_sends)
+        self._outbox: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -258,6 +267,7 @@ class Mnesia(Process):
             self._syncer.stop()
             self._syncer = None
         self._selfq.clear()
+        self._outbox.clear()
         self._timers.clear()
         kernel = getattr(self, "kernel", None)
         if kernel is not None:
@@ -341,6 +351,22 @@ class Mnesia(Process):
                 self._perform_list(core.receive(self.kernel.node, msg, time.monotonic()))
         finally:
             self._draining = False
+        self._flush_sends()
+
+    def _flush_sends(self) -> None:
+        """Send what the event gathered for other nodes: one write per peer (frames coalesced
+        per peer, NetKernel.send_many). Every message here is past its group-commit barrier
+        already (held ones are gathered only when released), and a peer's messages keep their
+        order; messages to different peers never had one."""
+        outbox = self._outbox
+        while outbox:
+            (node, name), msgs = outbox.popitem()
+            try:
+                self.kernel.send_many(node, name, msgs)
+            except Exception:
+                log.exception(
+                    "mnesia: sending %d message(s) to %r on %s failed", len(msgs), name, node
+                )
 
     def _perform_list(self, effects: Iterable[Any]) -> None:
         for effect in effects:
@@ -494,6 +520,12 @@ class Mnesia(Process):
         """One effect past the group-commit hold and the self-delivery (_perform_list): the
         store's own here, the common ones by ShellEffects."""
         kind = type(effect)
+        if kind is Send:
+            self._outbox.setdefault((effect.node, effect.name), []).append(effect.msg)
+            return
+        early = kind is Reply and effect.req_id in self._early
+        if self._outbox and kind not in _AFTER_SENDS_OK and not early:
+            self._flush_sends()
         if kind is Reply:
             fut = self._pending.pop(effect.req_id, None)
             self._early.discard(effect.req_id)

@@ -55,6 +55,20 @@ def test_messages_arrive_in_order(pair):
     assert [m.msg["i"] for m in probe.messages(Message)] == list(range(2000))
 
 
+def test_send_many_keeps_order_and_leaves_out_only_the_bad_message(pair):
+    a, b = pair
+    probe = Probe()
+    b.register("inbox", probe.ref)
+    a.send_many(b.node, "inbox", [{"i": 0}, {"i": 1}])  # not connected yet: one by one
+    assert a.connect(b.node)
+    with pytest.raises(TypeError, match="JSON"):  # connected: one write, the bad one left out
+        a.send_many(b.node, "inbox", [{"i": 2}, {"o": object()}, {"i": 3}])
+    a.send_many(b.node, "inbox", [{"i": i} for i in range(4, 50)])
+    wait_until(lambda: len(probe.messages(Message)) == 50, "50 messages")
+    assert [m.msg["i"] for m in probe.messages(Message)] == list(range(50))
+    assert {m.node for m in probe.messages(Message)} == {a.node}
+
+
 def test_call_returns_what_on_receive_returns(pair):
     a, b = pair
     b.register("echo", Echo.start())
