@@ -78,6 +78,7 @@ log = logging.getLogger("mnesia_like")
 T = TypeVar("T")
 _REQ_IDS = itertools.count(1)  # next() on a count is atomic under the GIL
 MAINTENANCE = 1.0  # s: dumps of long logs, and fsync for fsync=<seconds>
+OUTBOX_MAX = 64  # messages gathered for other nodes before they go out though events wait
 _DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
 # Answers to a transaction's operations may pass a pending fsync: the caller acts on what they
 # carry only through the transaction's commit (or abort), whose answer waits for it.
@@ -200,9 +201,10 @@ class Mnesia(Process):
         self._syncer: _Syncer | None = None
         self._selfq: deque[dict[str, Any]] = deque()  # messages to this node, in order
         self._draining = False
-        # messages to other nodes gathered during one event, per peer and name, in order:
-        # each peer's go out in one write at the end of the event (see _flush_sends)
+        # messages to other nodes gathered per peer and name, in order: each peer's go out in
+        # one write once the mailbox is empty (see _flush_sends)
         self._outbox: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._outbox_n = 0
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -244,6 +246,7 @@ class Mnesia(Process):
         for peer in self.kernel.nodes():  # connected before we subscribed
             self._perform(self.core.nodeup(peer, self.kernel.peer_creation(peer), time.monotonic()))
         self._seal()
+        self._flush_sends()
         self._timers.set("_maintenance", MAINTENANCE)
 
     def on_stop(self) -> None:
@@ -252,6 +255,7 @@ class Mnesia(Process):
                 self._flush_now()  # a clean stop: what the batches wait for goes out
                 self._perform(self.core.stop(time.monotonic()))
                 self._flush_now()
+                self._flush_sends()
         self._shutdown()
 
     def on_failure(self, *_exc_info: Any) -> None:
@@ -287,6 +291,11 @@ class Mnesia(Process):
     # ---------------------------------------------------------------------- events
 
     def on_receive(self, message: Any) -> Any:
+        result = self._handle(message)
+        self._maybe_flush_sends()  # also after events that performed nothing
+        return result
+
+    def _handle(self, message: Any) -> Any:
         core = self.core
         assert core is not None
         now = time.monotonic()
@@ -351,13 +360,20 @@ class Mnesia(Process):
                 self._perform_list(core.receive(self.kernel.node, msg, time.monotonic()))
         finally:
             self._draining = False
-        self._flush_sends()
+        self._maybe_flush_sends()
+
+    def _maybe_flush_sends(self) -> None:
+        if self._outbox and (self._outbox_n >= OUTBOX_MAX or self.actor_inbox.empty()):
+            self._flush_sends()
 
     def _flush_sends(self) -> None:
-        """Send what the event gathered for other nodes: one write per peer (frames coalesced
-        per peer, NetKernel.send_many). Every message here is past its group-commit barrier
-        already (held ones are gathered only when released), and a peer's messages keep their
-        order; messages to different peers never had one."""
+        """Send what the events gathered for other nodes: one write per peer (frames coalesced
+        per peer, NetKernel.send_many). Gathering goes on while more events wait in the
+        mailbox (the replies, acks and votes that arrived in one read from a peer, say), up to
+        OUTBOX_MAX messages, as group commit gathers commits. Every message here is past its
+        group-commit barrier already (held ones are gathered only when released), and a
+        peer's messages keep their order; messages to different peers never had one."""
+        self._outbox_n = 0
         outbox = self._outbox
         while outbox:
             (node, name), msgs = outbox.popitem()
@@ -522,6 +538,7 @@ class Mnesia(Process):
         kind = type(effect)
         if kind is Send:
             self._outbox.setdefault((effect.node, effect.name), []).append(effect.msg)
+            self._outbox_n += 1
             return
         early = kind is Reply and effect.req_id in self._early
         if self._outbox and kind not in _AFTER_SENDS_OK and not early:
