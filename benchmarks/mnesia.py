@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pykka
 import redis
 from etcd_anchor import EtcdCluster, etcd_cluster, find_etcd
@@ -256,9 +257,24 @@ def count_fsyncs() -> Iterator[None]:
         os.fdatasync = real
 
 
-def run_clients(threads: int, seconds: float, op: Callable[[int, int], None]) -> Run:
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """CPU time (user + system, s) of this process (the clients, and the stores that run
+    here), and of the processes `pids` together (servers in processes of their own)."""
+    here = os.times()
+    there = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            there += t.user + t.system
+    return here.user + here.system, there
+
+
+def run_clients(
+    threads: int, seconds: float, op: Callable[[int, int], None], pids: list[int] | None = None
+) -> Run:
     """`threads` client threads call op(thread, i) back to back for `seconds`; each
-    thread issues its next call when the previous one returned."""
+    thread issues its next call when the previous one returned. The CPU time this process
+    and the processes `pids` spent meanwhile goes in `extra` ("cpu_here", "cpu_there")."""
     barrier = threading.Barrier(threads + 1)
     stop = threading.Event()
     lats: list[list[float]] = [[] for _ in range(threads)]
@@ -284,16 +300,20 @@ def run_clients(threads: int, seconds: float, op: Callable[[int, int], None]) ->
     fsyncs = FSYNCS[0]
     barrier.wait()
     start = time.perf_counter()
+    cpu0 = cpu_seconds(pids or [])
     time.sleep(seconds)
     stop.set()
     for w in workers:
         w.join(60)
     elapsed = time.perf_counter() - start
+    cpu1 = cpu_seconds(pids or [])
     if errors:
         raise RuntimeError(f"a client failed: {errors[0]!r}") from errors[0]
     merged = [x for lat in lats for x in lat]
     run = Run(len(merged), elapsed, merged)
     run.extra["fsyncs"] = FSYNCS[0] - fsyncs
+    run.extra["cpu_here"] = cpu1[0] - cpu0[0]
+    run.extra["cpu_there"] = cpu1[1] - cpu0[1]
     return run
 
 
@@ -308,22 +328,34 @@ def redis_set_run(client: redis.Redis, threads: int, seconds: float) -> Run:
 
 
 @contextlib.contextmanager
-def store_cluster(root: Path, replicas: int) -> Iterator[list[Schema]]:
+def store_cluster(
+    root: Path, replicas: int, procs: bool = False, prefix: str = "", pids: list[int] | None = None
+) -> Iterator[list[Schema]]:
     """`replicas` stores, each on its own NetKernel on loopback (in this process), with a
-    table TABLE of disc copies on all of them (fsync per commit). Stopped on exit."""
-    names = [f"{x}@127.0.0.1" for x in "abc"[:replicas]]
+    table TABLE of disc copies on all of them (fsync per commit). Stopped on exit.
+
+    With `procs`, only the first store (the one the clients call) runs here; the others run
+    in their own OS processes (mnesia_replica.py), as in a real cluster, and the list holds
+    only the first store's Schema. `prefix` goes before the node names (a, b, c), so that
+    two clusters can run side by side. The replica processes' pids are added to `pids`."""
+    names = [f"{prefix}{x}@127.0.0.1" for x in "abc"[:replicas]]
     kernels: list[NetKernel] = []
     stores: list[Any] = []
+    children: list[subprocess.Popen[str]] = []
     data = Path(tempfile.mkdtemp(prefix=f"store{replicas}-", dir=root))
     try:
-        for name in names:
+        for name in names[: 1 if procs else replicas]:
             ref = NetKernel.start(name, "127.0.0.1:0", COOKIE, net_ticktime=8.0)
             kernels.append(NetKernel.of(ref))
+        if procs:
+            children = _replica_processes(kernels[0], names[1:], data)
+            if pids is not None:
+                pids.extend(child.pid for child in children)
         for k in kernels:
             for other in kernels:
                 if other is not k:
                     k.set_address(other.node, other.address)
-        for name, k in zip(names, kernels, strict=True):
+        for name, k in zip(names, kernels, strict=False):
             extra = [n for n in names if n != name]
             stores.append(
                 Mnesia.start(
@@ -351,11 +383,56 @@ def store_cluster(root: Path, replicas: int) -> Iterator[list[Schema]]:
         for k in kernels:
             with contextlib.suppress(pykka.ActorDeadError):
                 k.actor_ref.stop()
+        for child in children:
+            _stop_child(child)
         shutil.rmtree(data, ignore_errors=True)
 
 
+def _replica_processes(
+    first: NetKernel, names: list[str], data: Path
+) -> list[subprocess.Popen[str]]:
+    """Start the stores `names` in their own processes (mnesia_replica.py) on free ports,
+    each knowing every other's address; `first` (in this process) learns theirs too."""
+    addresses = {first.node: first.address}
+    addresses |= {name: f"127.0.0.1:{free_port()}" for name in names}
+    script = Path(__file__).with_name("mnesia_replica.py")
+    children = []
+    for name in names:
+        peers = [f"{n}={a}" for n, a in addresses.items() if n != name]
+        port = addresses[name].rsplit(":", 1)[1]
+        args = [sys.executable, str(script), name, port, str(data / name), COOKIE.decode()]
+        children.append(
+            subprocess.Popen(args + peers, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        )
+    for child, name in zip(children, names, strict=True):
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the replica process {name} did not start (exit {child.poll()})")
+        first.set_address(name, addresses[name])
+    return children
+
+
+def _stop_child(child: subprocess.Popen[str]) -> None:
+    """Close its stdin (it stops its store and exits); kill it if it does not."""
+    with contextlib.suppress(OSError):
+        assert child.stdin is not None
+        child.stdin.close()
+    try:
+        child.wait(10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(5)
+
+
 def tx_run(
-    db: Schema, threads: int, seconds: float, shared_keys: int, base: int, *, wread: bool = False
+    db: Schema,
+    threads: int,
+    seconds: float,
+    shared_keys: int,
+    base: int,
+    *,
+    wread: bool = False,
+    pids: list[int] | None = None,
 ) -> Run:
     """Counter increments as transactions: read one record, write it back + 1 (with `wread`,
     the read takes the write lock, Mnesia's idiom for a read-modify-write: one lock round)."""
@@ -371,7 +448,7 @@ def tx_run(
 
         db.transaction(bump)
 
-    run = run_clients(threads, seconds, op)
+    run = run_clients(threads, seconds, op, pids)
     run.restarts = sum(attempts) - run.ops
     return run
 
@@ -513,7 +590,10 @@ def etcd_put_run(etcd: EtcdCluster, threads: int, seconds: float, base: int) -> 
     """etcd puts of one small value per call (acknowledged once a quorum fsynced it)."""
     values = [json.dumps(entry(i), separators=(",", ":")) for i in range(100)]
     return run_clients(
-        threads, seconds, lambda t, i: etcd.client().put(f"k{base + t}-{i % 50}", values[i % 100])
+        threads,
+        seconds,
+        lambda t, i: etcd.client().put(f"k{base + t}-{i % 50}", values[i % 100]),
+        etcd.pids,
     )
 
 
@@ -524,7 +604,7 @@ def etcd_tx_run(etcd: EtcdCluster, threads: int, seconds: float, base: int) -> R
     def op(t: int, i: int) -> None:
         attempts[t] += etcd.client().increment(f"c{base + t}-{i % 50}")
 
-    run = run_clients(threads, seconds, op)
+    run = run_clients(threads, seconds, op, etcd.pids)
     run.restarts = sum(attempts) - run.ops
     return run
 
@@ -533,53 +613,98 @@ def _median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
 
 
-def report_etcd(label: str, ours: list[Run], put: list[Run], txn: list[Run]) -> None:
-    """Our median round against etcd's put and increment rounds: rates, p50/p99, ratios."""
-    o, p, t = _median_run(ours), _median_run(put), _median_run(txn)
-    restarts = sum(r.restarts for r in ours)
-    print(
-        f"{label}: {o.rate:,.0f} tx/s  p50 {ms(o.pct(0.5))}  p99 {ms(o.pct(0.99))}"
-        f"  restarts {restarts} in {sum(r.ops for r in ours):,} tx"
-    )
+def report_etcd(label: str, ours: dict[str, list[Run]], put: list[Run], txn: list[Run]) -> None:
+    """Our median rounds (per layout) against etcd's put and increment: rates, p50/p99,
+    ratios."""
+    p, t = _median_run(put), _median_run(txn)
+    print(f"{label}:")
     for name, theirs in (("put", p), ("increment (range + txn)", t)):
-        ratio = o.rate / theirs.rate
         print(
-            f"    etcd {name}: {theirs.rate:,.0f}/s  p50 {ms(theirs.pct(0.5))}  "
-            f"p99 {ms(theirs.pct(0.99))};  ratio ours/etcd = {ratio:.2f} ({verdict(ratio)}), "
-            f"p99 x{o.pct(0.99) / theirs.pct(0.99):.1f}"
+            f"    etcd {name}: {theirs.rate:,.0f}/s  p50 {ms(theirs.pct(0.5))}"
+            f"  p99 {ms(theirs.pct(0.99))}; {_cpu_note(theirs, 'the members')}"
         )
+    for layout, runs in ours.items():
+        o = _median_run(runs)
+        restarts = sum(r.restarts for r in runs)
+        print(
+            f"    ours, {layout}: {o.rate:,.0f} tx/s  p50 {ms(o.pct(0.5))}  p99 {ms(o.pct(0.99))}"
+            f"  restarts {restarts} in {sum(r.ops for r in runs):,} tx,"
+            f" {o.extra['fsyncs'] / max(o.ops, 1):.2f} fsyncs/tx here;"
+            f" {_cpu_note(o, 'b and c' if o.extra['cpu_there'] else '')}"
+        )
+        for name, theirs in (("put", p), ("increment", t)):
+            ratio = o.rate / theirs.rate
+            print(
+                f"        ratio to etcd {name} = {ratio:.2f} ({verdict(ratio)}),"
+                f" p99 x{o.pct(0.99) / theirs.pct(0.99):.1f}"
+            )
+
+
+def _cpu_note(run: Run, there: str) -> str:
+    """CPU ms per operation: all of it, and the part of the processes named `there`."""
+    here, away = run.extra["cpu_here"], run.extra["cpu_there"]
+    per = 1000 / max(run.ops, 1)
+    note = f"CPU {(here + away) * per:.2f} ms/op"
+    if there:
+        note += f" ({there} {away * per:.2f}, this process {here * per:.2f})"
+    return note + f", {(here + away) / run.seconds:.2f} cores"
+
+
+LAYOUTS = {
+    "1 process": False,  # the three stores and the clients share this process (one GIL)
+    "3 processes": True,  # b and c in their own processes, as etcd's members are
+}
 
 
 def bench_etcd(
-    root: Path, *, rounds: int, seconds: float, clients: list[int], wread: bool = False
+    root: Path,
+    *,
+    rounds: int,
+    seconds: float,
+    clients: list[int],
+    wread: bool = False,
+    layouts: list[str] | None = None,
 ) -> None:
     """Figure 5: our transactions on 3 disc replicas against a 3-member etcd cluster; rounds
-    alternate ours / etcd put / etcd increment."""
+    alternate ours (in each layout) / etcd put / etcd increment."""
     try:
         binary = find_etcd()
     except RuntimeError as exc:
         print(f"-- etcd: skipped: {exc}")
         return
+    layouts = layouts or list(LAYOUTS)
     print(f"-- etcd: {etcd_version(binary)}, 3 members; {load_note()} at start")
-    with store_cluster(root, 3) as dbs, etcd_cluster(root / "etcd", 3) as etcd:
+    with contextlib.ExitStack() as stack:
+        pids: dict[str, list[int]] = {layout: [] for layout in layouts}
+        clusters = {
+            layout: stack.enter_context(
+                store_cluster(root, 3, procs=LAYOUTS[layout], prefix=f"l{i}", pids=pids[layout])
+            )
+            for i, layout in enumerate(layouts)
+        }
+        etcd = stack.enter_context(etcd_cluster(root / "etcd", 3))
         base = 1000
-        committed = 0
+        committed = dict.fromkeys(clusters, 0)
         for threads in clients:  # warm up both
-            committed += tx_run(dbs[0], threads, 0.3, 0, base, wread=wread).ops
+            for layout, dbs in clusters.items():
+                committed[layout] += tx_run(dbs[0], threads, 0.3, 0, base, wread=wread).ops
             etcd_put_run(etcd, threads, 0.3, base)
             etcd_tx_run(etcd, threads, 0.3, base)
             base += threads
-        ours: dict[int, list[Run]] = {c: [] for c in clients}
+        ours: dict[int, dict[str, list[Run]]] = {c: {x: [] for x in clusters} for c in clients}
         put: dict[int, list[Run]] = {c: [] for c in clients}
         txn: dict[int, list[Run]] = {c: [] for c in clients}
         for _ in range(rounds):
             for threads in clients:
                 base += threads
-                ours[threads].append(tx_run(dbs[0], threads, seconds, 0, base, wread=wread))
+                for layout, dbs in clusters.items():
+                    run = tx_run(dbs[0], threads, seconds, 0, base, wread=wread, pids=pids[layout])
+                    ours[threads][layout].append(run)
+                    committed[layout] += run.ops
                 put[threads].append(etcd_put_run(etcd, threads, seconds, base))
                 txn[threads].append(etcd_tx_run(etcd, threads, seconds, base))
-        committed += sum(r.ops for runs in ours.values() for r in runs)
-        check_counters(dbs, committed)
+        for layout, dbs in clusters.items():
+            check_counters(dbs, committed[layout])
         for threads in clients:
             report_etcd(
                 f"tx ({'wread' if wread else 'read'} + write 1 record), 3 disc replicas, "
@@ -648,6 +773,12 @@ def main() -> int:
         "--etcd-clients", type=ints, default=[1, 4, 16], help="etcd part: client threads"
     )
     parser.add_argument(
+        "--layout",
+        choices=list(LAYOUTS),
+        action="append",
+        help="etcd part: where our stores run (default: both, alternating)",
+    )
+    parser.add_argument(
         "--wread",
         action="store_true",
         help="tx and etcd parts: read with the write lock (Mnesia's wread): one lock round",
@@ -692,6 +823,7 @@ def main() -> int:
                     seconds=seconds,
                     clients=args.etcd_clients,
                     wread=args.wread,
+                    layouts=args.layout,
                 )
             for what in ("tx", "dirty"):
                 if what in parts:
