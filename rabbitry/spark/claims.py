@@ -1,8 +1,9 @@
 """Exactly-once claims inside a Spark partition: the cluster logic an ordinary RDD job calls.
 
 Each message id is claimed with `SET <key> <owner> NX` on the current Redis master, a whole
-batch in one script call (CLAIM_SCRIPT: one round trip), through FailoverRedis, which WAITs
-for `wait_replicas` replicas once after each batch. The owner is the run and the Spark
+batch in one script call (CLAIM_SCRIPT; the ids travel as one argument and the answers come
+back as one string), through FailoverRedis, which sends `WAIT wait_replicas` with it: one
+round trip per batch, the WAIT included. The owner is the run and the Spark
 *partition*, not the attempt. That choice is what makes retries safe:
 
 - a retried attempt of the same partition finds its own earlier claims (the key holds its
@@ -86,40 +87,72 @@ class Claimer:
             yield from self.claim_batch(chunk, key)
 
     def claim_batch(self, chunk: list[Any], key: Callable[[Any], str]) -> list[Claim]:
-        """The verdicts for one batch, in order: one Redis round trip for all its claims (one
-        script), then the WAIT that FailoverRedis runs after it. `check()` runs first."""
+        """The verdicts for one batch, in order (see claim_ids)."""
+        codes = self.claim_ids([key(item) for item in chunk])
+        return [Claim(VERDICTS[code], item) for code, item in zip(codes, chunk, strict=True)]
+
+    def claim_ids(self, ids: list[str]) -> bytes:
+        """The verdict codes for one batch of ids, in order, one byte each (an index into
+        VERDICTS): one Redis round trip for all its claims (one script call, and the WAIT
+        that FailoverRedis sends with it). `check()` runs first, even for an empty batch.
+
+        Bytes, not objects: the job turns them into an Arrow column without a Python object
+        per message."""
         self.check()
         revoked = self.revoked()
-        verdicts: list[Claim | None] = []
-        candidates: list[tuple[int, str]] = []
-        for item in chunk:
-            mid = key(item)
-            if mid in revoked:
-                verdicts.append(Claim(REVOKED, item))
-            elif mid in self._seen:
-                verdicts.append(Claim(DUPLICATE, item))
+        seen = self._seen
+        codes = bytearray(len(ids))  # PROCESS_CODE (0) until found otherwise
+        fresh: list[str] = []
+        at: list[int] = []
+        for n, mid in enumerate(ids):
+            if revoked and mid in revoked:
+                codes[n] = REVOKED_CODE
+            elif mid in seen:
+                codes[n] = DUPLICATE_CODE
             else:
-                self._seen.add(mid)
-                candidates.append((len(verdicts), mid))
-                verdicts.append(None)
-        if candidates:
-            answers = self._claim_script([mid for _, mid in candidates])
-            ours = 0
-            for (at, _), answer in zip(candidates, answers, strict=True):
-                mine = int(answer) != FOREIGN
-                ours += mine
-                verdicts[at] = Claim(PROCESS if mine else DUPLICATE, chunk[at])
-            self.processed += ours
-        return [v for v in verdicts if v is not None]
+                seen.add(mid)
+                fresh.append(mid)
+                at.append(n)
+        if fresh:
+            answers = self._claim_script(fresh)
+            taken = answers.count(b"0")  # FOREIGN
+            self.processed += len(fresh) - taken
+            if taken:
+                for n, answer in zip(at, answers, strict=True):
+                    if answer == _FOREIGN_BYTE:
+                        codes[n] = DUPLICATE_CODE
+        return bytes(codes)
 
-    def _claim_script(self, ids: list[str]) -> list[Any]:
-        keys = [self.progress_key or claim_key(self.namespace, "-")]
-        keys += [claim_key(self.namespace, mid) for mid in ids]
-        args = [self.owner, self.ttl, self.progress_field, self.processed]
-        pipe = self.client.pipeline(transaction=False)
-        pipe.execute_command("EVAL", CLAIM_SCRIPT, len(keys), *keys, *args)
-        return list(pipe.execute()[0])
+    def _claim_script(self, ids: list[str]) -> bytes:
+        """One script call for the batch: the ids travel as ONE argument (joined by the byte
+        0xFF, which UTF-8 never contains) and the script builds the keys, so redis-py packs a
+        handful of arguments, not a thousand; the answers come back as one string."""
+        joined = b"\xff".join([mid.encode("utf-8") for mid in ids])
+        reply = self.client.execute_command(
+            "EVAL",
+            CLAIM_SCRIPT,
+            1,
+            self.progress_key or claim_key(self.namespace, "-"),
+            self.owner,
+            self.ttl,
+            claim_key(self.namespace, ""),
+            self.progress_field,
+            self.processed,
+            len(ids),
+            joined,
+        )
+        answers = reply.encode() if isinstance(reply, str) else bytes(reply)
+        if len(answers) != len(ids):  # a script from another version answered
+            raise RuntimeError(
+                f"the claim script answered {len(answers)} verdicts for {len(ids)} ids; "
+                "is an older rabbitry's script cached under the same name?"
+            )
+        return answers
 
+
+# The verdict codes claim_ids returns, one byte per id: indexes into VERDICTS.
+PROCESS_CODE, DUPLICATE_CODE, REVOKED_CODE = 0, 1, 2
+VERDICTS = (PROCESS, DUPLICATE, REVOKED)
 
 # One script per batch: a claim is SET NX with the owner; a key that already holds OUR owner is
 # an earlier attempt's claim of this partition, which may never have reached a replica (its
@@ -127,28 +160,42 @@ class Claimer:
 # script covers it too. Scripts replicate as their effects, so the WAIT counts these writes.
 # The live progress (this partition's processed count, so far) rides along in a hash: an
 # attempt writes its own count, so a retry overwrites rather than adds.
-# Answers per key: 1 claimed now, 2 ours already (rewritten), 0 another owner's.
+# The claim keys are built in the script from the prefix and the ids (not passed as KEYS):
+# fine on a standalone Redis, which is what the failover set is; a Redis Cluster would need
+# them declared. Answers, one character per id: 1 claimed now, 2 ours already (rewritten),
+# 0 another owner's.
 CLAIMED, OURS_AGAIN, FOREIGN = 1, 2, 0
+_FOREIGN_BYTE = ord("0")
 CLAIM_SCRIPT = """
-local owner, ttl = ARGV[1], tonumber(ARGV[2])
-local answers, ours = {}, 0
-for i = 2, #KEYS do
-  if redis.call('SET', KEYS[i], owner, 'NX', 'EX', ttl) then
-    answers[i - 1] = 1
+local owner, ttl, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local count, ids = tonumber(ARGV[6]), ARGV[7]
+local answers, ours, from = {}, 0, 1
+for i = 1, count do
+  local stop = string.find(ids, '\\255', from, true)
+  local id
+  if stop then
+    id = string.sub(ids, from, stop - 1)
+    from = stop + 1
+  else
+    id = string.sub(ids, from)
+  end
+  local key = prefix .. id
+  if redis.call('SET', key, owner, 'NX', 'EX', ttl) then
+    answers[i] = '1'
     ours = ours + 1
-  elseif redis.call('GET', KEYS[i]) == owner then
-    redis.call('SET', KEYS[i], owner, 'XX', 'KEEPTTL')
-    answers[i - 1] = 2
+  elseif redis.call('GET', key) == owner then
+    redis.call('SET', key, owner, 'XX', 'KEEPTTL')
+    answers[i] = '2'
     ours = ours + 1
   else
-    answers[i - 1] = 0
+    answers[i] = '0'
   end
 end
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], ARGV[3], tonumber(ARGV[4]) + ours)
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[4], tonumber(ARGV[5]) + ours)
   redis.call('EXPIRE', KEYS[1], 86400)
 end
-return answers
+return table.concat(answers)
 """
 
 

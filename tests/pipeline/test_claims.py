@@ -106,6 +106,16 @@ def test_first_claims_are_processed_and_hold_the_owner(client: redis.Redis) -> N
         assert client.get(claim_key(NS, mid)) == b"run:0"
 
 
+def test_ids_of_any_text_are_claimed_under_their_own_keys(client: redis.Redis) -> None:
+    """The ids travel to the script joined by the byte 0xFF: no character of an id (U+00FF,
+    newlines, the 4-byte UTF-8 of an emoji) may split or merge them."""
+    odd = ["\u00ff", "a\nb", "a b", "\U0001f600", "\u00e9\u00ff\u00e9", "x" * 512, "7"]
+    claims = run(client, "run:0", odd)
+    assert verdicts(claims) == [(mid, PROCESS) for mid in odd]
+    assert sorted(client.keys("*")) == sorted(claim_key(NS, mid).encode() for mid in odd)
+    assert verdicts(run(client, "run:1", odd[::-1])) == [(mid, DUPLICATE) for mid in odd[::-1]]
+
+
 def test_an_empty_partition_claims_nothing(client: redis.Redis) -> None:
     calls = []
     assert run(client, "run:0", [], check=lambda: calls.append(1)) == []
@@ -215,13 +225,13 @@ def test_the_revoked_set_is_read_for_every_batch(client: redis.Redis) -> None:
 
 def test_check_runs_before_every_batch(client: redis.Redis) -> None:
     log: list[str] = []
-    original = client.pipeline
+    original = client.execute_command
 
-    def pipeline(*args: Any, **kwargs: Any) -> Any:
+    def execute_command(*args: Any, **kwargs: Any) -> Any:
         log.append("claim")
         return original(*args, **kwargs)
 
-    client.pipeline = pipeline  # type: ignore[method-assign]
+    client.execute_command = execute_command  # type: ignore[method-assign]
     claimer = Claimer(client, NS, "run:0", batch=2, check=lambda: log.append("check"))
     assert len(list(claimer.claim(items("a", "b", "c", "d", "e"), key=by_id))) == 5
     assert log == ["check", "claim"] * 3
