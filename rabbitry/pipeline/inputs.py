@@ -95,6 +95,16 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= REJECT_EXCERPT else text[:REJECT_EXCERPT] + "..."
 
 
+def _encodable(text: str) -> bool:
+    """False for text JSON gave a lone surrogate (`"\\ud800"`): it has no UTF-8, so it could
+    be neither a Redis key nor an output string (it crashed the task before)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_message(line: int, data: Any, raw: str, max_payload: int) -> Message | Reject:
     """Validate one decoded record."""
     if not isinstance(data, dict):
@@ -109,10 +119,14 @@ def check_message(line: int, data: Any, raw: str, max_payload: int) -> Message |
     mid = str(mid)
     if len(mid) > MAX_ID:
         return Reject(line, f"id longer than {MAX_ID} characters", _excerpt(raw))
+    if not _encodable(mid):
+        return Reject(line, "id is not valid Unicode (a lone surrogate escape)", _excerpt(raw))
     if "payload" not in data:
         return Reject(line, "missing payload", _excerpt(raw))
     payload = data["payload"]
     text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    if not _encodable(text):
+        return Reject(line, "payload is not valid Unicode (a lone surrogate escape)", _excerpt(raw))
     size = len(text.encode("utf-8"))
     if size > max_payload:
         return Reject(line, f"payload of {size} bytes exceeds {max_payload}", _excerpt(raw))

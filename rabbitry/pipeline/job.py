@@ -2,14 +2,16 @@
 
     input (JSON lines or Parquet of {id, payload}), read by the JVM
       -> per partition, a count (JVM only)          line numbers: offsets of the partitions
-      -> mapInArrow, one Python pass per partition:  parse and check each line, then claim a
-         batch at a time (rabbitry.spark.claims: require_running, revoked, one script call
-         of SET NX for the batch, one WAIT), Arrow batches of verdicts out; cached
+      -> mapInArrow, one Python pass per partition, a claim batch at a time: parse and check
+         the lines (rabbitry.pipeline.chunks: Arrow's JSON reader and Arrow compute, or the
+         row-at-a-time rules for a slice they cannot vouch for), claim them
+         (rabbitry.spark.claims: require_running, revoked, one script call of SET NX for the
+         batch with its WAIT: one round trip), Arrow batches of verdicts out; cached
       -> Parquet: id, payload, node, partition, line  (the verdicts "process"; JVM only)
       -> counts per verdict, and the rejects to <output>.rejects.jsonl (from the cache)
 
-Python runs once per line, on Arrow batches: no pickled rows, no second pass, no per-row
-conversion into the JVM. The counts come from the cached verdicts, so retried attempts (which
+Python touches the data once, on Arrow batches, and column by column: no pickled rows, no
+second pass, no Python object per message except the id's string for the claim. The counts come from the cached verdicts, so retried attempts (which
 Spark does not keep) never inflate them. Live progress: each batch's script also records the
 partition's processed count in a Redis hash, which the driver polls (ProgressWatcher).
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import threading
 import time
 from collections import Counter
@@ -27,14 +28,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rabbitry.pipeline.chunks import REJECT, parse_chunk, reject_columns, verdict_columns
 from rabbitry.pipeline.inputs import (
     DEFAULT_MAX_PAYLOAD,
     JSONL,
-    Message,
     Reject,
-    check_message,
     check_paths,
-    parse_line,
     rejects_path,
 )
 from rabbitry.spark.claims import (
@@ -42,8 +41,8 @@ from rabbitry.spark.claims import (
     DEFAULT_TTL,
     DUPLICATE,
     PROCESS,
+    PROCESS_CODE,
     REVOKED,
-    Claim,
     Claimer,
     progress_key,
     read_progress,
@@ -208,7 +207,6 @@ def run_pipeline(
     return summary
 
 
-REJECT = "reject"
 _SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
 _SHUFFLE_CONF = "spark.sql.shuffle.partitions"
 
@@ -387,27 +385,6 @@ class _BatchJob:
         )
         return claimer, rs.node_name()
 
-    def _rows(self, batch: Any) -> list[Any]:
-        """An Arrow batch as Python values: lines (JSON lines) or dicts (Parquet rows)."""
-        return batch.column(0).to_pylist() if self.fmt == JSONL else batch.to_pylist()
-
-    def _parse(self, rows: list[Any], first_line: int) -> list[Message | Reject]:
-        """Messages and rejects of some rows; blank lines are neither."""
-        out: list[Message | Reject] = []
-        limit = self.max_payload
-        if self.fmt == JSONL:
-            for n, raw in enumerate(rows, first_line):
-                item = parse_line(n, raw or "", limit)
-                if item is not None:
-                    out.append(item)
-            return out
-        for n, data in enumerate(rows, first_line):
-            item = check_message(n, data, "", limit)
-            if isinstance(item, Reject):  # the excerpt only for the rare reject
-                item = check_message(n, data, json.dumps(data, default=str), limit)
-            out.append(item)
-        return out
-
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         if not self.profile_dir:
             yield from self._run(batches)
@@ -428,93 +405,33 @@ class _BatchJob:
             profile.dump_stats(str(Path(self.profile_dir) / name))
 
     def _run(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
         from pyspark import TaskContext
 
         context = TaskContext.get()
         index = context.partitionId() if context else 0
         line = self.offsets[index] if index < len(self.offsets) else 0
         claimer, node = self._claimer(index)
-        schema = _arrow_schema()
         processed = 0
         for batch in batches:
-            rows = self._rows(batch)
-            columns = _Columns(schema.names, index)
             # Parse and claim a claim batch at a time, not the whole Arrow batch (10,000 rows,
-            # often a whole partition) first: the live count then moves as the work does.
-            for start in range(0, len(rows), self.batch):
-                items = self._parse(rows[start : start + self.batch], line + start + 1)
-                chunk: list[Message] = []
-                for item in items:
-                    if isinstance(item, Message):
-                        chunk.append(item)
-                    else:
-                        columns.reject(item)
+            # often a whole partition) first: the live count then moves as the work does, and
+            # a slice the fast parse cannot vouch for costs the slow way only that slice.
+            for start in range(0, batch.num_rows, self.batch):
+                part = batch.slice(start, self.batch)
+                chunk = parse_chunk(part, self.fmt, line + start + 1, self.max_payload)
+                if chunk.rejects:
+                    yield reject_columns(chunk.rejects, index)
+                if not len(chunk):
+                    continue
                 if claimer is None:
-                    claims = [Claim(PROCESS, m) for m in chunk]
+                    codes = bytes(len(chunk))  # all PROCESS_CODE
                 else:
-                    claims = claimer.claim_batch(chunk, _message_id) if chunk else []
-                for claim in claims:
-                    columns.add(claim.verdict, claim.item, node)
-                    processed += claim.verdict == PROCESS
-            line += len(rows)
-            yield pa.RecordBatch.from_pydict(columns.data, schema=schema)
+                    codes = claimer.claim_ids(chunk.ids.to_pylist())
+                processed += codes.count(PROCESS_CODE)
+                yield verdict_columns(chunk, codes, node, index)
+            line += batch.num_rows
         self.retried.add(context.attemptNumber() if context else 0)
         self.finished.add(processed)
-
-
-def _message_id(message: Message) -> str:
-    return message.id
-
-
-class _Columns:
-    """The columns of one output Arrow batch, filled a row at a time."""
-
-    def __init__(self, names: list[str], partition: int) -> None:
-        self.data: dict[str, list[Any]] = {name: [] for name in names}
-        self.partition = partition
-
-    def add(self, kind: str, message: Message, node: str) -> None:
-        data = self.data
-        data["kind"].append(kind)
-        data["id"].append(message.id)
-        data["payload"].append(message.payload if kind == PROCESS else None)
-        data["node"].append(node)
-        data["partition"].append(self.partition)
-        data["line"].append(message.line)
-        data["reason"].append(None)
-        data["text"].append(None)
-
-    def reject(self, reject: Reject) -> None:
-        data = self.data
-        for name, value in (
-            ("kind", REJECT),
-            ("id", None),
-            ("payload", None),
-            ("node", None),
-            ("partition", self.partition),
-            ("line", reject.line),
-            ("reason", reject.reason),
-            ("text", reject.text),
-        ):
-            data[name].append(value)
-
-
-def _arrow_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("kind", pa.string()),
-            ("id", pa.string()),
-            ("payload", pa.string()),
-            ("node", pa.string()),
-            ("partition", pa.int32()),
-            ("line", pa.int64()),
-            ("reason", pa.string()),
-            ("text", pa.string()),
-        ]
-    )
 
 
 class ProgressWatcher:
