@@ -90,6 +90,10 @@ class RedisBus(Bus):
             socket_keepalive=True,
             retry=Retry(NoBackoff(), 0),
             client_name=f"rabbitry-bus:{self.exchange}:{self.node}",
+            # each client belongs to one thread; one connection of its own spares every
+            # command the pool's check for stray data (three system calls, each letting go
+            # of the GIL: a wait in line for it when many nodes share a process)
+            single_connection_client=True,
         )
 
     def _start(self) -> None:

@@ -5,8 +5,8 @@ node's Lamport clock and revoked set, which mingle, gossip and elections all mov
 bus messages to its parts: mingle_core.MingleCore (start-up sync, the hello server) and
 election_core.ElectionCore (elections). Itself it does Celery's Gossip and Heart:
 
-- worker-online at start, worker-heartbeat every `heartbeat_interval` (2 s) with freq, load
-  and counters, worker-offline at stop;
+- worker-online once the start-up mingle is over, worker-heartbeat every `heartbeat_interval`
+  (2 s) with freq, load and counters, worker-offline at stop;
 - alive tracking: a worker is alive until `expire_window` (2) x its heartbeat freq after the
   last sign of life *as received here* (our clock, not the sender's: clock drift between hosts
   cannot fake a loss, Celery #5037/#3056), checked every `interval` (5 s); NodeJoined,
@@ -215,16 +215,13 @@ class GossipCore:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def start(self, now: float) -> list[GossipEffect]:
-        """worker-online, the heartbeat and lost-check timers, then mingle."""
+        """The heartbeat and lost-check timers, then mingle; worker-online when it ends."""
         if self.started:
             return [Log.warning("gossip: start called twice; ignored")]
         self.started = True
         out: list[GossipEffect] = []
         if self.gossip:
-            out += [
-                Publish(wire.ONLINE, self._worker_msg(wire.ONLINE, now)),
-                SetTimer(TIMER_HEARTBEAT, self.heartbeat_interval),
-            ]
+            out.append(SetTimer(TIMER_HEARTBEAT, self.heartbeat_interval))
         out.append(SetTimer(TIMER_PERIODIC, self.interval))
         if self.connected:
             out += self._mingle(self.mingle.start(now), now)
@@ -266,13 +263,11 @@ class GossipCore:
         out: list[GossipEffect] = [Log.info("gossip: bus reconnected")]
         if not self.started:
             return out
-        if self.gossip:
-            out.append(Publish(wire.ONLINE, self._worker_msg(wire.ONLINE, now)))
         self._resend = True
         if self.mingle.enabled:
             out += self._mingle(self.mingle.start(now), now)
         else:
-            out += self._ready(now)
+            out += self._online(now) + self._ready(now)
         return self._filter(out)
 
     def set_paused(self, paused: bool, now: float) -> list[GossipEffect]:
@@ -491,11 +486,26 @@ class GossipCore:
         )
 
     def _mingle(self, effects: list[GossipEffect], now: float) -> list[GossipEffect]:
-        """Pass mingle's effects on; when a round ends, elections may start."""
+        """Pass mingle's effects on; when a round ends, we announce ourselves and elections
+        may start."""
         if not any(isinstance(e, MingleDone) for e in effects):
             return effects
         self.mingled = True
-        return list(effects) + self._ready(now)
+        return list(effects) + self._online(now) + self._ready(now)
+
+    def _online(self, now: float) -> list[GossipEffect]:
+        """worker-online, sent once the mingle that follows a start or a reconnect is over.
+
+        Not before the hello: every peer would handle both at once, and with the online
+        first each reply waits behind it (with 50 peers in one process that made the mingle
+        half as long again, docs/gossip.md). The peers lose nothing by hearing of us later:
+        a mingling node cannot propose yet, and our online goes out before our first
+        proposal (messages of one sender keep their order), so a decider knows us alive
+        before it could wait for us. A node starting at the same moment counts our hello
+        and waits for our reply, which also marks us seen."""
+        if not self.gossip:
+            return []
+        return [Publish(wire.ONLINE, self._worker_msg(wire.ONLINE, now))]
 
     def _ready(self, now: float) -> list[GossipEffect]:
         resend, self._resend = self._resend, False

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from monitors.gossip.clock import LamportClock
@@ -148,60 +148,71 @@ SCHEMAS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return type(v) is int  # exactly: JSON gives int or bool, and bool is no number here
 
 
 def _is_num(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    t = type(v)
+    return t is int or (t is float and math.isfinite(v))
 
 
 def _name_ok(v: Any, limit: int = MAX_NAME) -> bool:
     return isinstance(v, str) and 0 < len(v) <= limit
 
 
+def _names_ok(v: Any) -> bool:
+    """A list of node names. Checked with C-level loops: a reply names every alive node, and a
+    joiner checks 50 such lists at once."""
+    if not isinstance(v, list) or len(v) > MAX_LIST:
+        return False
+    return not v or (
+        set(map(type, v)) == {str} and all(map(len, v)) and max(map(len, v)) <= MAX_NAME
+    )
+
+
+def _loadavg_ok(v: Any) -> bool:
+    return isinstance(v, list) and len(v) <= 3 and all(map(_is_num, v))
+
+
+def _digest_ok(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v)
+
+
+def _best_ok(v: Any) -> bool:
+    ok = isinstance(v, list) and len(v) == 3 and _is_int(v[0]) and v[0] >= 0
+    return ok and _name_ok(v[1]) and _is_int(v[2]) and v[2] >= 0
+
+
+def _check(test: Callable[[Any], bool], why: str) -> Callable[[Any], str | None]:
+    return lambda v: None if test(v) else why
+
+
+# kind -> check; a table rather than a chain of comparisons: every message is checked field by
+# field, and the table finds each field's check at once
+_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "int": _check(_is_int, "expected an integer"),
+    "count": _check(lambda v: _is_int(v) and v >= 0, "expected an integer >= 0"),
+    "num": _check(_is_num, "expected a finite number"),
+    "pos": _check(lambda v: _is_num(v) and v > 0, "expected a number > 0"),
+    "bool": _check(lambda v: isinstance(v, bool), "expected true or false"),
+    "str": _check(lambda v: isinstance(v, str), "expected a string"),
+    "text": _check(lambda v: isinstance(v, str) and len(v) <= MAX_NAME, "expected a short string"),
+    "name": _check(_name_ok, f"expected a non-empty string of <= {MAX_NAME} chars"),
+    "topic": _check(lambda v: _name_ok(v, MAX_TOPIC), f"expected a topic of <= {MAX_TOPIC} chars"),
+    "names": _check(_names_ok, f"expected a list of at most {MAX_LIST} node names"),
+    "chunks": _check(lambda v: _is_int(v) and 1 <= v <= MAX_CHUNKS, f"expected 1..{MAX_CHUNKS}"),
+    "of": _check(lambda v: v in ("hello", "reply"), 'expected "hello" or "reply"'),
+    "loadavg": _check(_loadavg_ok, "expected a list of at most 3 numbers"),
+    "digest": _check(_digest_ok, "expected [count, crc]"),
+    "best": _check(_best_ok, "expected [clock, hostname, pid]"),
+}
+
+
 def _kind_problem(kind: str, v: Any) -> str | None:
-    if kind == "int":
-        return None if _is_int(v) else "expected an integer"
-    if kind == "count":
-        return None if _is_int(v) and v >= 0 else "expected an integer >= 0"
-    if kind == "num":
-        return None if _is_num(v) else "expected a finite number"
-    if kind == "pos":
-        return None if _is_num(v) and v > 0 else "expected a number > 0"
-    if kind == "bool":
-        return None if isinstance(v, bool) else "expected true or false"
-    if kind == "str":
-        return None if isinstance(v, str) else "expected a string"
-    if kind == "text":
-        return None if isinstance(v, str) and len(v) <= MAX_NAME else "expected a short string"
-    if kind == "name":
-        return None if _name_ok(v) else f"expected a non-empty string of <= {MAX_NAME} chars"
-    if kind == "topic":
-        return None if _name_ok(v, MAX_TOPIC) else f"expected a topic of <= {MAX_TOPIC} chars"
-    if kind == "names":
-        if not isinstance(v, list) or len(v) > MAX_LIST or not all(map(_name_ok, v)):
-            return f"expected a list of at most {MAX_LIST} node names"
-        return None
-    if kind == "chunks":
-        return None if _is_int(v) and 1 <= v <= MAX_CHUNKS else f"expected 1..{MAX_CHUNKS}"
-    if kind == "of":
-        return None if v in ("hello", "reply") else 'expected "hello" or "reply"'
-    if kind == "loadavg":
-        if not isinstance(v, list) or len(v) > 3 or not all(map(_is_num, v)):
-            return "expected a list of at most 3 numbers"
-        return None
-    if kind == "digest":
-        if not isinstance(v, list) or len(v) != 2 or not all(_is_int(x) and x >= 0 for x in v):
-            return "expected [count, crc]"
-        return None
     if kind == "revoked":
         return _revoked_problem(v)
-    if kind == "best":
-        ok = isinstance(v, list) and len(v) == 3 and _is_int(v[0]) and v[0] >= 0
-        if not (ok and _name_ok(v[1]) and _is_int(v[2]) and v[2] >= 0):
-            return "expected [clock, hostname, pid]"
-        return None
-    return None  # "any": the frame limit of the bus bounds it
+    check = _CHECKS.get(kind)
+    return None if check is None else check(v)  # "any": the frame limit of the bus bounds it
 
 
 def _revoked_problem(v: Any) -> str | None:
@@ -215,6 +226,24 @@ def _revoked_problem(v: Any) -> str | None:
     return None
 
 
+def _plan(
+    required: dict[str, str], optional: dict[str, str]
+) -> list[tuple[str, Callable[[Any], str | None], bool]]:
+    """Each field's check, looked up once: the head, then the type's fields (in that order,
+    so the first problem named is the same as field by field)."""
+    fields = [(_HEAD, True), (required, True), (optional, False)]
+    return [
+        (key, lambda v, kind=kind: _kind_problem(kind, v), must)
+        if kind == "revoked" or kind not in _CHECKS
+        else (key, _CHECKS[kind], must)
+        for group, must in fields
+        for key, kind in group.items()
+    ]
+
+
+_PLANS = {rk: _plan(required, optional) for rk, (required, optional) in SCHEMAS.items()}
+
+
 def problem(routing_key: str, body: Any) -> str | None:
     """What is wrong with `body` received under `routing_key`, or None if it is well formed."""
     schema = SCHEMAS.get(routing_key)
@@ -224,16 +253,14 @@ def problem(routing_key: str, body: Any) -> str | None:
         return f"expected a JSON object, got {type(body).__name__}"
     if body.get("v") != VERSION:
         return f"unsupported version {str(body.get('v'))[:16]!r} (we speak {VERSION})"
-    required, optional = schema
-    for fields, must in ((_HEAD, True), (required, True), (optional, False)):
-        for key, kind in fields.items():
-            if key not in body:
-                if must:
-                    return f"{routing_key}: missing field {key!r}"
-                continue
-            bad = _kind_problem(kind, body[key])
-            if bad:
-                return f"{routing_key}: field {key!r}: {bad}"
+    for key, check, must in _PLANS[routing_key]:
+        if key not in body:
+            if must:
+                return f"{routing_key}: missing field {key!r}"
+            continue
+        bad = check(body[key])
+        if bad:
+            return f"{routing_key}: field {key!r}: {bad}"
     if body["type"] != type_of(routing_key):
         return f"type {body['type'][:64]!r} sent under routing key {routing_key!r}"
     if ("best" in body) != ("best_topic" in body):

@@ -141,14 +141,18 @@ def test_init_defaults() -> None:
 def test_start_announces_arms_timers_and_mingles() -> None:
     core = GossipCore("a@h", 42)
     out = core.start(T0)
-    pubs = [e for e in out if isinstance(e, Publish)]
-    assert [p.routing_key for p in pubs] == [wire.ONLINE, wire.HELLO]
-    online = pubs[0].body
-    assert online["freq"] == 2.0 and online["hostname"] == "a@h" and online["pid"] == 42
-    assert wire.problem(wire.ONLINE, online) is None
+    # worker-online waits for the mingle's end: a peer answers the hello sooner
+    assert [e.routing_key for e in out if isinstance(e, Publish)] == [wire.HELLO]
     assert SetTimer(TIMER_HEARTBEAT, 2.0) in out
     assert SetTimer(TIMER_PERIODIC, 5.0) in out
     assert SetTimer("mingle", 1.0) in out
+    done = core.timer("mingle", T0 + 1.0)
+    pubs = [e for e in done if isinstance(e, Publish)]
+    assert [p.routing_key for p in pubs] == [wire.ONLINE]
+    assert done.index(pubs[0]) > done.index(MingleDone((), all_alone=True))
+    online = pubs[0].body
+    assert online["freq"] == 2.0 and online["hostname"] == "a@h" and online["pid"] == 42
+    assert wire.problem(wire.ONLINE, online) is None
     assert logs(core.start(T0)) == ["gossip: start called twice; ignored"]
 
 
@@ -427,8 +431,8 @@ def test_bus_up_gives_a_fresh_window_announces_and_mingles_again() -> None:
     a = pump.cores["a@h"]
     a.bus_down(T0)
     out = a.bus_up(T0 + 60)
-    assert [e.routing_key for e in out if isinstance(e, Publish)] == [wire.ONLINE, wire.HELLO]
-    assert a.mingle.mingling
+    assert [e.routing_key for e in out if isinstance(e, Publish)] == [wire.HELLO]
+    assert a.mingle.mingling  # worker-online follows its end
     # b is not lost at once, only if it stays silent for the reconnect grace (5 s: peers
     # reconnect over the bus's jittered backoff) and then a whole window (2 x 2 s)
     assert not [e for e in a.timer(TIMER_PERIODIC, T0 + 68) if isinstance(e, NodeLost)]

@@ -42,7 +42,9 @@ def test_start_no_replies() -> None:
     out = core.timer("mingle", T0 + 1.0)
     assert MingleDone((), all_alone=True) in out
     assert "mingle: all alone" in texts(out)
-    assert core.clock.value == clock  # nobody to adjust to
+    online = [e for e in out if isinstance(e, Publish) and e.routing_key == wire.ONLINE]
+    assert len(online) == 1  # worker-online follows the mingle
+    assert core.clock.value == clock + 1  # nobody to adjust to: only our online's stamp
     assert core.mingled and not core.mingle.mingling
 
 
@@ -63,7 +65,9 @@ def test_start() -> None:
     assert MingleDone(("b@h", "c@h"), all_alone=False) in out  # both answered: done early
     assert CancelTimer("mingle") in out
     assert core.is_revoked("r1") and core.is_revoked("r2")
-    assert core.clock.value == 314
+    online = [e for e in out if isinstance(e, Publish) and e.routing_key == wire.ONLINE]
+    assert [e.body["clock"] for e in online] == [315]  # 313 -> 314 (c's reply) -> 315
+    assert core.clock.value == 315
 
 
 # ---- test_control: hello ---------------------------------------------------------------------------
