@@ -79,6 +79,7 @@ from etcd_anchor import version as etcd_version
 from mnesia_like import Mnesia, Schema
 from mnesia_like.disc_log import TableLog
 from monitors.dist import NetKernel
+from monitors.dist.connection import _Writer
 
 
 def free_port() -> int:
@@ -269,6 +270,27 @@ def cpu_seconds(pids: list[int]) -> tuple[float, float]:
     return here.user + here.system, there
 
 
+WRITES = [0]  # writes of frames to dist sockets in this process, see count_writes
+
+
+@contextlib.contextmanager
+def count_writes() -> Iterator[None]:
+    """Count the writes of dist frames (one or more frames each) to peers' connections in
+    this process (instrumentation only: each write still goes through). Frames coalesced per
+    peer show as fewer writes than messages."""
+    real = _Writer.write
+
+    def counted(self: _Writer, data: bytes, block: bool = True) -> bool:
+        WRITES[0] += 1  # a lost increment under a race only makes the count a little low
+        return real(self, data, block)
+
+    _Writer.write = counted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        _Writer.write = real  # type: ignore[method-assign]
+
+
 def run_clients(
     threads: int, seconds: float, op: Callable[[int, int], None], pids: list[int] | None = None
 ) -> Run:
@@ -297,7 +319,7 @@ def run_clients(
     workers = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(threads)]
     for w in workers:
         w.start()
-    fsyncs = FSYNCS[0]
+    fsyncs, writes = FSYNCS[0], WRITES[0]
     barrier.wait()
     start = time.perf_counter()
     cpu0 = cpu_seconds(pids or [])
@@ -312,6 +334,7 @@ def run_clients(
     merged = [x for lat in lats for x in lat]
     run = Run(len(merged), elapsed, merged)
     run.extra["fsyncs"] = FSYNCS[0] - fsyncs
+    run.extra["writes"] = WRITES[0] - writes
     run.extra["cpu_here"] = cpu1[0] - cpu0[0]
     run.extra["cpu_there"] = cpu1[1] - cpu0[1]
     return run
@@ -629,7 +652,8 @@ def report_etcd(label: str, ours: dict[str, list[Run]], put: list[Run], txn: lis
         print(
             f"    ours, {layout}: {o.rate:,.0f} tx/s  p50 {ms(o.pct(0.5))}  p99 {ms(o.pct(0.99))}"
             f"  restarts {restarts} in {sum(r.ops for r in runs):,} tx,"
-            f" {o.extra['fsyncs'] / max(o.ops, 1):.2f} fsyncs/tx here;"
+            f" {o.extra['fsyncs'] / max(o.ops, 1):.2f} fsyncs and"
+            f" {o.extra['writes'] / max(o.ops, 1):.1f} socket writes/tx here;"
             f" {_cpu_note(o, 'b and c' if o.extra['cpu_there'] else '')}"
         )
         for name, theirs in (("put", p), ("increment", t)):
@@ -809,6 +833,7 @@ def main() -> int:
             return 0
         with contextlib.ExitStack() as stack:
             stack.enter_context(count_fsyncs())
+            stack.enter_context(count_writes())
             client = None
             if {"appends", "tx", "dirty"} & set(parts):
                 client = stack.enter_context(redis_always(root / "redis"))
