@@ -45,6 +45,7 @@ Parts: appends, load, tx, dirty, etcd (default: all but etcd). Ratios are ours/R
 Usage: python benchmarks/mnesia.py [--quick] [--part appends|load|tx|dirty] [--rounds 3]
            [--commits 2000] [--records 100000] [--seconds 3] [--clients 1,4]
            [--replicas 1,3] [--shared-keys 0] [--etcd-clients 1,4,16] [--wread]
+           [--blind] [--layout "1 process"|"3 processes"]
            [--profile out.prof]
            [--dir /path/on/the/disc/to/measure]
 """
@@ -455,10 +456,13 @@ def tx_run(
     base: int,
     *,
     wread: bool = False,
+    blind: bool = False,
     pids: list[int] | None = None,
 ) -> Run:
     """Counter increments as transactions: read one record, write it back + 1 (with `wread`,
-    the read takes the write lock, Mnesia's idiom for a read-modify-write: one lock round)."""
+    the read takes the write lock, Mnesia's idiom for a read-modify-write: one lock round).
+    With `blind`, a transaction only writes one record (no read: what an etcd put does), to
+    keys of their own ("w...", left out of the counter check)."""
     attempts = [0] * threads
 
     def op(t: int, i: int) -> None:
@@ -469,7 +473,11 @@ def tx_run(
             row = tx.wread(TABLE, key) if wread else tx.read(TABLE, key)
             tx.write(TABLE, {"key": key, "value": (row["value"] if row else 0) + 1})
 
-        db.transaction(bump)
+        def put(tx: Any) -> None:
+            attempts[t] += 1
+            tx.write(TABLE, {"key": f"w{base + t}-{i % 50}", "value": i})
+
+        db.transaction(put if blind else bump)
 
     run = run_clients(threads, seconds, op, pids)
     run.restarts = sum(attempts) - run.ops
@@ -506,7 +514,7 @@ def check_counters(dbs: list[Schema], committed: int) -> None:
     """Every replica's counters add up to the committed transactions (none lost, none twice)."""
     for db in dbs:
         rows = db.dirty_match(TABLE, {})
-        total = sum(r["value"] for r in rows if not str(r["key"]).startswith("d"))
+        total = sum(r["value"] for r in rows if str(r["key"])[:1] not in ("d", "w"))
         if total != committed:
             raise AssertionError(f"counters add up to {total}, expected {committed}")
 
@@ -687,6 +695,7 @@ def bench_etcd(
     seconds: float,
     clients: list[int],
     wread: bool = False,
+    blind: bool = False,
     layouts: list[str] | None = None,
 ) -> None:
     """Figure 5: our transactions on 3 disc replicas against a 3-member etcd cluster; rounds
@@ -711,7 +720,8 @@ def bench_etcd(
         committed = dict.fromkeys(clusters, 0)
         for threads in clients:  # warm up both
             for layout, dbs in clusters.items():
-                committed[layout] += tx_run(dbs[0], threads, 0.3, 0, base, wread=wread).ops
+                run = tx_run(dbs[0], threads, 0.3, 0, base, wread=wread, blind=blind)
+                committed[layout] += 0 if blind else run.ops
             etcd_put_run(etcd, threads, 0.3, base)
             etcd_tx_run(etcd, threads, 0.3, base)
             base += threads
@@ -722,16 +732,26 @@ def bench_etcd(
             for threads in clients:
                 base += threads
                 for layout, dbs in clusters.items():
-                    run = tx_run(dbs[0], threads, seconds, 0, base, wread=wread, pids=pids[layout])
+                    run = tx_run(
+                        dbs[0],
+                        threads,
+                        seconds,
+                        0,
+                        base,
+                        wread=wread,
+                        blind=blind,
+                        pids=pids[layout],
+                    )
                     ours[threads][layout].append(run)
-                    committed[layout] += run.ops
+                    committed[layout] += 0 if blind else run.ops
                 put[threads].append(etcd_put_run(etcd, threads, seconds, base))
                 txn[threads].append(etcd_tx_run(etcd, threads, seconds, base))
         for layout, dbs in clusters.items():
             check_counters(dbs, committed[layout])
+        what = f"{'wread' if wread else 'read'} + write 1 record"
         for threads in clients:
             report_etcd(
-                f"tx ({'wread' if wread else 'read'} + write 1 record), 3 disc replicas, "
+                f"tx ({'write 1 record, no read' if blind else what}), 3 disc replicas, "
                 f"{threads} client"
                 f"{'s' if threads > 1 else ''}",
                 ours[threads],
@@ -803,6 +823,11 @@ def main() -> int:
         help="etcd part: where our stores run (default: both, alternating)",
     )
     parser.add_argument(
+        "--blind",
+        action="store_true",
+        help="etcd part: our transaction only writes one record (no read), as a put does",
+    )
+    parser.add_argument(
         "--wread",
         action="store_true",
         help="tx and etcd parts: read with the write lock (Mnesia's wread): one lock round",
@@ -848,6 +873,7 @@ def main() -> int:
                     seconds=seconds,
                     clients=args.etcd_clients,
                     wread=args.wread,
+                    blind=args.blind,
                     layouts=args.layout,
                 )
             for what in ("tx", "dirty"):
