@@ -1,10 +1,11 @@
 """Coordinator: the node that runs a transaction for its caller (tx.py has the whole flow).
 
-Each operation takes its lock on every active replica of its table (a read also fetches the
-value from one), writes are buffered, and the commit is two-phase: `prepare` to every replica
-written, the decision recorded (in the decision log too, unless this node is the only
-participant), `commit`, and the caller answered once every participant acked or went down.
-A lock conflict ("die"), a participant lost or a no vote restarts the transaction.
+A read takes its lock on every active replica of its table (and fetches the value from one);
+writes are buffered without a lock round, their write locks taken by the prepare. The commit
+is two-phase: `prepare` to every replica written, the stamp given and the decision recorded
+(in the decision log too, unless this node is the only participant), `commit` with the
+stamp, and the caller answered once every participant acked or went down. A lock conflict
+("die"), a participant lost or a no vote restarts the transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from mnesia_like import records as rec
 from mnesia_like.effects import DiscCommit, Reply
 from mnesia_like.errors import BadArgument, MnesiaError, NoSuchTable, Restart, TablesNotLoaded
 from mnesia_like.state import NodeState
-from mnesia_like.tx import DECISIONS, MAX_DECISIONS, SCHEMA, Bounded, CoordTx, Op
+from mnesia_like.tx import DECISIONS, MAX_DECISIONS, SCHEMA, Bounded, CoordTx, Op, stamp_ok
 from monitors.effects import Effect
 
 
@@ -35,7 +36,7 @@ class Coordinator:
         self._tx_seq = 0
         self._decisions: deque[str] = deque()
         # decisions of an earlier life of this node (the coordinator's decision log)
-        for kj, _entry in sorted(
+        for kj, entry in sorted(
             state.disc_data.pop(DECISIONS, {}).items(),
             key=lambda item: rec.stamp_of(item[1]) if rec.entry_ok(item[1]) else (0, ""),
         ):
@@ -43,6 +44,9 @@ class Coordinator:
             if isinstance(tid, str):
                 self.outcomes.put(tid, "committed")
                 self._decisions.append(tid)
+                stamp = (entry.get("r") or {}).get("st") if isinstance(entry, dict) else None
+                if stamp_ok(stamp):
+                    state.stamps.put(tid, stamp)
 
     # ---- the API
 
@@ -122,6 +126,14 @@ class Coordinator:
                 tx.writes[(table, kj or "")] = None if kind == "delete" else record
                 tx.write_nodes.setdefault(table, set()).update(locked)
                 return [Reply(req, None)]
+            # No lock round: the prepare takes the write lock on every replica written
+            # (waiting or dying there as a lock round would), and the commit's stamp is given
+            # at the decision, once every participant holds its locks (see tx.py).
+            tx.writes[(table, kj or "")] = None if kind == "delete" else record
+            tx.lazy.setdefault((table, kj or ""), set()).update(targets)
+            tx.write_nodes.setdefault(table, set()).update(targets)
+            tx.nodes |= targets
+            return [Reply(req, None)]
         source = None
         if kind in ("read", "match", "select"):
             readable = self.s.read_sources(table)
@@ -146,6 +158,7 @@ class Coordinator:
             targets=frozenset(targets),
         )
         tx.nodes |= targets
+        tx.lock_nodes |= targets
         if mode == "write":
             tx.write_nodes.setdefault(table, set()).update(targets)
         for n in sorted(targets):
@@ -176,6 +189,7 @@ class Coordinator:
         tx.seq += 1
         tx.op = Op("schema", SCHEMA, rec.key_json(name), req, set(targets), record=new_def)
         tx.nodes |= targets
+        tx.lock_nodes |= targets
         tx.write_nodes[SCHEMA] = set(targets)
         tx.schema_reply = reply
         out: list[Effect] = []
@@ -240,6 +254,8 @@ class Coordinator:
             if req is not None and req >= 0:
                 out.append(Reply(req, {"stamp": None}))
             return out
+        # A provisional stamp: the entries need one to be checked; the commit carries the
+        # final one, given at the decision.
         self.s.clock += 1
         stamp = [self.s.clock, self.s.node]
         tx.stamp = stamp
@@ -249,6 +265,10 @@ class Coordinator:
             entry = {"r": value, "s": stamp}
             for n in tx.write_nodes.get(table, ()):
                 ops.setdefault(n, []).append([table, kj, entry])
+        locks: dict[str, list[list[str]]] = {}
+        for (table, kj), nodes in tx.lazy.items():
+            for n in nodes:
+                locks.setdefault(n, []).append([table, kj])
         parts = {t: sorted(ns) for t, ns in tx.write_nodes.items()}
         tx.phase = "preparing"
         tx.pending = set(ops)
@@ -257,7 +277,11 @@ class Coordinator:
             out.append(self.s.send(n, "release", tid=tx.tid))
         tx.nodes = set(ops)
         for n in sorted(ops):
-            out.append(self.s.send(n, "prepare", tid=tx.tid, ops=ops[n], parts=parts))
+            extra: dict[str, Any] = {}
+            if n in locks:
+                # `fresh`: no lock round reached n, so n may not know the transaction yet
+                extra = {"locks": locks[n], "age": tx.age, "fresh": n not in tx.lock_nodes}
+            out.append(self.s.send(n, "prepare", tid=tx.tid, ops=ops[n], parts=parts, **extra))
         return out
 
     def on_lock_r(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
@@ -332,15 +356,28 @@ class Coordinator:
         # When this node is the only participant, nobody can ever be in doubt about the
         # transaction (only participants ask for outcomes), and its own commit record is the
         # decision: no decision log, and so no fsync of it on the commit's critical path.
+        # The stamp is given now, when every participant holds the transaction's locks
+        # and has told us its Lamport clock (with its vote): it is newer than every entry
+        # of the records written, and than the stamp of any transaction that held their
+        # locks before. A stamp given at the prepare could be older than that of a younger
+        # transaction the prepare waited for, and newest-stamp-wins would then drop this
+        # commit's writes.
         tx.phase = "committing"
+        self.s.clock += 1
+        tx.stamp = [self.s.clock, self.s.node]
         self.outcomes.put(tx.tid, "committed")
+        self.s.stamps.put(tx.tid, tx.stamp)
         tx.pending = set(tx.nodes)
-        out: list[Effect] = [] if tx.nodes == {self.s.node} else [self._log_decision(tx.tid)]
-        return out + [self.s.send(n, "commit", tid=tx.tid) for n in sorted(tx.nodes)]
+        out: list[Effect] = (
+            [] if tx.nodes == {self.s.node} else [self._log_decision(tx.tid, tx.stamp)]
+        )
+        return out + [
+            self.s.send(n, "commit", tid=tx.tid, stamp=tx.stamp) for n in sorted(tx.nodes)
+        ]
 
-    def _log_decision(self, tid: str) -> Effect:
+    def _log_decision(self, tid: str, stamp: list[Any]) -> Effect:
         ops: list[tuple[str, Any, Any]] = [
-            ("put", tid, {"r": {"d": "committed"}, "s": [self.s.clock, ""]})
+            ("put", tid, {"r": {"d": "committed", "st": stamp}, "s": [self.s.clock, ""]})
         ]
         self._decisions.append(tid)
         while len(self._decisions) > MAX_DECISIONS:

@@ -59,13 +59,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     },
     "lock_r": {"tid": "str", "seq": "int", "ans": "str", "value": "any"},
     "release": {"tid": "str"},
+    # optional: "locks" [[table, key_json]...], "age", "fresh" (checked by the participant)
     "prepare": {"tid": "str", "ops": "list", "parts": "dict"},
     "vote": {"tid": "str", "yes": "bool", "why": "str", "active": "dict"},
-    "commit": {"tid": "str"},
+    "commit": {"tid": "str"},  # and "stamp", the decision's
     "abort": {"tid": "str"},
     "ack": {"tid": "str"},
     "outcome_q": {"tid": "str"},
-    "outcome_r": {"tid": "str", "state": "str"},
+    "outcome_r": {"tid": "str", "state": "str"},  # and "stamp" with "committed"
 }
 
 

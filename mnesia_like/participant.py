@@ -1,9 +1,9 @@
 """Participant: one replica's half of a transaction (tx.py has the whole flow).
 
-It grants locks (wait-die, locks.py) and serves the read that comes with one, votes on a
-`prepare` (no if it lost the transaction's locks or the replica set misses a replica it
-knows to be active), and on `commit` writes its disc copies before its `ack`, applies and
-releases. What a prepared participant does when it loses its coordinator is termination.py.
+It grants locks (wait-die, locks.py) and serves the read that comes with one, takes the
+write locks a `prepare` carries and then votes on it (no if it lost the transaction's locks,
+a lock died or the replica set misses a replica it knows to be active), and on `commit`
+writes its disc copies, with the commit's stamp, before its `ack`, applies and releases. What a prepared participant does when it loses its coordinator is termination.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from mnesia_like import schema as sch
 from mnesia_like.locks import LockManager
 from mnesia_like.schema_changes import SchemaChanges
 from mnesia_like.state import NodeState
-from mnesia_like.tx import SCHEMA, Bounded, PartTx, age_ok
+from mnesia_like.tx import SCHEMA, Bounded, PartTx, age_ok, stamp_ok
 from mnesia_like.writes import Writes
 from monitors.effects import CancelTimer, Effect, Log
 
@@ -97,6 +97,9 @@ class Participant:
         out: list[Effect] = []
         for g in granted:
             part = self.txs.get(g.tid)
+            if part is not None and part.lazy is not None:
+                out += self._take_locks(g.tid, part)  # a prepare waiting for its locks
+                continue
             if part is None or part.waiting is None:
                 continue
             seq, want, table, key = part.waiting
@@ -123,11 +126,61 @@ class Participant:
     # ---- two-phase commit
 
     def on_prepare(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        s = self.s
+        """Vote on a prepare. Its `locks` (writes buffered without a lock round) are taken
+        first, as a lock round would take them: granted, queued (the vote waits until they
+        are granted: wait-die, an older transaction only waits for younger ones) or "die"
+        (a no vote: the transaction restarts). A `fresh` prepare may be the first this node
+        hears of the transaction."""
         tid = m["tid"]
         part = self.txs.get(tid)
+        locks = m.get("locks")
+        if locks is not None and not (
+            isinstance(locks, list)
+            and all(
+                isinstance(x, list) and len(x) == 2 and all(isinstance(y, str) for y in x)
+                for x in locks
+            )
+            and isinstance(m.get("age"), list)
+        ):
+            return [self._vote(sender, tid, False, "bad prepare locks")]
+        if (
+            part is None
+            and locks
+            and m.get("fresh") is True
+            and tid not in self.dead
+            and tid not in self.outcomes
+            and (sender in self.s.running or sender == self.s.node)
+        ):
+            part = self.txs[tid] = PartTx(sender, m["age"])
         if part is None or part.coord != sender or tid in self.dead:
             return [self._vote(sender, tid, False, "it holds no locks of the transaction")]
+        if part.prepared or part.lazy is not None:
+            return []  # a duplicate
+        part.lazy = (m, [list(x) for x in locks or []])
+        return self._take_locks(tid, part)
+
+    def _take_locks(self, tid: str, part: PartTx) -> list[Effect]:
+        """Take the prepare's write locks one by one; vote once all are ours."""
+        assert part.lazy is not None
+        m, todo = part.lazy
+        age = tuple(part.age) if age_ok(part.age) else (0, "", 0)
+        while todo:
+            table, key = todo[0]
+            ans = self.locks.request(tid, age, table, key, "write")
+            if ans == "wait":
+                return []  # _wake goes on when it is granted
+            todo.pop(0)
+            if ans == "die":
+                part.lazy = None
+                return [
+                    self._vote(part.coord, tid, False, "lock conflict with an older transaction")
+                ]
+        part.lazy = None
+        return self._vote_on(part.coord, m, part)
+
+    def _vote_on(self, sender: str, m: dict[str, Any], part: PartTx) -> list[Effect]:
+        s = self.s
+        tid = m["tid"]
         parts: dict[str, list[str]] = {}
         for table, nodes in m["parts"].items():
             if not isinstance(nodes, list):
@@ -180,15 +233,23 @@ class Participant:
             if self.outcomes.get(tid) == "committed":
                 return [self.s.send(sender, "ack", tid=tid)]
             return [Log.warning("commit for a transaction we did not prepare", tid=tid)]
+        part.stamp = m.get("stamp")
         out = self.apply_commit(tid, part)
         return [*out, self.s.send(sender, "ack", tid=tid)]
 
     def apply_commit(self, tid: str, part: PartTx) -> list[Effect]:
-        """Write a prepared transaction here: disc first (DiscCommit), then memory."""
+        """Write a prepared transaction here: disc first (DiscCommit), then memory. Its
+        entries get the stamp of the decision (`part.stamp`; without one, from a decision
+        logged by an older version, the prepare's)."""
         out: list[Effect] = []
         by_table: dict[str, list[list[Any]]] = {}
+        stamp = part.stamp if stamp_ok(part.stamp) else None
+        if stamp is not None:
+            self.s.stamps.put(tid, stamp)
         for table, kj, entry in part.ops:
-            by_table.setdefault(table, []).append([kj, entry])
+            # with the decision's stamp, a copy: the prepare's entry may be shared
+            final = entry if stamp is None else {**entry, "s": stamp}
+            by_table.setdefault(table, []).append([kj, final])
         for table, entries in sorted(by_table.items()):
             if table == SCHEMA:
                 for kj, entry in entries:

@@ -19,6 +19,7 @@ from mnesia_like import records as rec
 from mnesia_like import schema as sch
 from mnesia_like.effects import MnesiaEvent, PersistSchema
 from mnesia_like.messages import VERSION, str_list
+from mnesia_like.tx import Bounded
 from monitors.effects import Effect, Send
 
 NAME = "mnesia"  # the registered name of the core on every node
@@ -73,6 +74,9 @@ class NodeState:
                 if rec.entry_ok(e) and e["s"][0] > self.clock:
                     self.clock = e["s"][0]
         self.store: dict[str, dict[str, Any]] = {}  # loaded or loading tables
+        # tid -> the stamp a committed transaction was given at its decision (for late
+        # outcome questions: an in-doubt participant applies the commit with it)
+        self.stamps: Bounded = Bounded()
         self.loaded: set[str] = set()
         self.connected: set[str] = set()  # dist connections (nodeup/nodedown)
         self.running: set[str] = set()  # peers whose mnesia is connected to ours

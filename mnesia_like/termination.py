@@ -92,6 +92,10 @@ class Termination:
                 state = "doubt"  # we lost the coordinator too: no commit can reach us now
             else:
                 state = "prepared"  # the coordinator may still tell us
+        if state == "committed" and tid in self.s.stamps:
+            # the decision's stamp, which the asker applies the commit with
+            stamp = self.s.stamps[tid]
+            return [self.s.send(sender, "outcome_r", tid=tid, state=state, stamp=stamp)]
         return [self.s.send(sender, "outcome_r", tid=tid, state=state)]
 
     def on_outcome_r(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
@@ -106,6 +110,7 @@ class Termination:
             # copies it back from one of us, who had not applied this yet). Forward to every
             # replica active now; apply-by-stamp makes a duplicate harmless.
             part.parts = {}
+            part.stamp = m.get("stamp")
             return [
                 Log.info("transaction in doubt resolved: committed", tid=tid, by=sender),
                 *self.participant.apply_commit(tid, part),

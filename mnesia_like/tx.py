@@ -3,26 +3,35 @@ termination parts of MnesiaCore share (coordinator.py, participant.py, terminati
 
 Flow (docs/mnesia_like.md has the picture):
 
-- Every operation of a transaction takes its lock on *every* active replica of the table
-  (replicas that hold the table loaded or are loading it), through `lock` messages, including
-  to this node itself: one code path for local and remote replicas. A read also fetches the
-  value from one replica (this node's when it has the table loaded). Writes are buffered.
-- A read with lock="write" (Mnesia's wread) takes the record's write lock; a later write or
-  delete of a record whose write lock the transaction holds on every active replica is
-  buffered without a lock round.
-- Deadlocks: wait-die (locks.py). A "die" answer restarts the transaction; it keeps its age
-  (a caller that chose the tid names the attempt before, `prev`, to keep its age).
-- Commit: two-phase. `prepare` carries each participant's ops (stamped with one Lamport stamp
-  for the whole transaction) and the replica set per table. A participant votes no if it lost
-  the transaction's locks (it restarted, or saw the coordinator go) or if the replica set
-  misses a replica it knows to be active (a node loading the table since): the coordinator
-  restarts the transaction. After all yes votes the coordinator records "committed" (in its
-  decision log too, unless it is the only participant: then nobody can be in doubt) and sends
-  `commit`; each participant writes its disc copies (DiscCommit) *before* its `ack`, applies,
-  releases. The user is answered once every participant acked or went down.
+- A read, match or select takes its lock on *every* active replica of the table (replicas
+  that hold the table loaded or are loading it), through `lock` messages, including to this
+  node itself: one code path for local and remote replicas. A read also fetches the value
+  from one replica (this node's when it has the table loaded).
+- Writes and deletes are buffered without a lock round: the prepare takes their write locks
+  (`locks` in the prepare), on every replica written, as a lock round would (granted, queued
+  or "die"); the participant votes once it holds them. A read with lock="write" (Mnesia's
+  wread) takes the record's write lock at the read instead; a later write or delete of it
+  needs no lock at the prepare then.
+- Deadlocks: wait-die (locks.py). A "die" answer (to a lock round, or a no vote from a
+  prepare's locks) restarts the transaction; it keeps its age (a caller that chose the tid
+  names the attempt before, `prev`, to keep its age).
+- Commit: two-phase. `prepare` carries each participant's ops and the replica set per table.
+  A participant votes no if it lost the transaction's locks (it restarted, or saw the
+  coordinator go), if a lock of the prepare dies, or if the replica set misses a replica it
+  knows to be active (a node loading the table since): the coordinator restarts the
+  transaction. After all yes votes the coordinator gives the transaction its stamp (one
+  Lamport stamp for all its writes), records "committed" (in its decision log too, with the
+  stamp, unless it is the only participant: then nobody can be in doubt) and sends `commit`
+  with the stamp; each participant writes its disc copies (DiscCommit) *before* its `ack`,
+  applies, releases. The user is answered once every participant acked or went down.
+  Why the stamp waits for the decision: only then does every participant hold the locks and
+  has told the coordinator its clock (with its vote), so the stamp is newer than every entry
+  of the records written. A stamp given at the prepare could be older than that of a
+  younger transaction the prepare waited for (or of one the coordinator never heard of: a
+  write takes no lock round), and newest-stamp-wins would drop this commit's writes.
 - A participant that goes down before the decision aborts the transaction (restart).
 - A prepared participant that loses the coordinator asks the others (`outcome_q`):
-  "committed" -> commit, "aborted" -> abort. Otherwise it waits for the coordinator (blocking,
+  "committed" (with the stamp) -> commit, "aborted" -> abort. Otherwise it waits for the coordinator (blocking,
   as 2PC and Mnesia do): a coordinator that was only cut off or frozen may have decided and
   applied its own part, and answers when it is back; one that restarted answers "unknown",
   which proves nothing was decided that could still surface: abort. It asks again every
@@ -77,8 +86,12 @@ class CoordTx:
     phase: str = "active"  # active | preparing | committing
     pending: set[str] = field(default_factory=set)  # votes, then acks
     req: int | None = None  # the commit request
-    stamp: list[Any] | None = None
+    stamp: list[Any] | None = None  # given at the decision (before it: the prepare's)
     schema_reply: Any = None
+    # (table, key_json) -> the replicas whose write lock of the record the prepare takes
+    # (a write or delete buffered without a lock round)
+    lazy: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    lock_nodes: set[str] = field(default_factory=set)  # the nodes asked for a lock so far
 
 
 @dataclass
@@ -91,6 +104,10 @@ class PartTx:
     ops: list[Any] = field(default_factory=list)
     parts: dict[str, list[str]] = field(default_factory=dict)
     waiting: tuple[int, Any, str, str | None] | None = None  # (seq, want, table, key)
+    # a prepare waiting for the write locks it takes (see Participant.on_prepare): the
+    # message, and the [table, key_json] locks still to take
+    lazy: tuple[dict[str, Any], list[list[str]]] | None = None
+    stamp: list[Any] | None = None  # the commit's stamp, given at the decision
     doubt_since: float | None = None
     answers: dict[str, str] = field(default_factory=dict)
 
@@ -111,4 +128,14 @@ def age_ok(age: list[Any]) -> bool:
         and isinstance(age[0], int)
         and isinstance(age[1], str)
         and isinstance(age[2], int)
+    )
+
+
+def stamp_ok(stamp: Any) -> bool:
+    """Whether `stamp` (from a commit, an outcome answer or the decision log) is a stamp."""
+    return (
+        isinstance(stamp, list)
+        and len(stamp) == 2
+        and type(stamp[0]) is int
+        and isinstance(stamp[1], str)
     )

@@ -72,34 +72,56 @@ def test_an_aborted_transaction_leaves_nothing_behind() -> None:
     assert h.discs[A].tables["t"] == {}
 
 
-def test_the_younger_transaction_restarts_on_a_conflict_and_the_older_waits() -> None:
+def test_the_older_transaction_waits_at_its_prepare_and_commits_with_the_newer_stamp() -> None:
     h = setup()
     old, _ = begin(h, A)
     young, _ = begin(h, B)
-    h.call(B, "tx_write", tid=young, table="t", record={"k": 1, "v": "young"})
-    # the older one waits for the younger's lock ...
-    req = h.submit(A, "tx_write", tid=old, table="t", record={"k": 1, "v": "old"})
+    h.call(B, "tx_read", tid=young, table="t", key=1, lock="write")  # young holds the lock
+    # a write takes no lock round: its lock is taken by the prepare ...
+    assert h.call(A, "tx_write", tid=old, table="t", record={"k": 1, "v": "old"}) is None
+    req = h.submit(A, "tx_commit", tid=old)
     h.run()
-    assert h.result(A, req) is None
-    h.call(B, "tx_commit", tid=young)
+    assert h.result(A, req) is None  # ... where the older one waits for the younger's lock
+    h.call(B, "tx_write", tid=young, table="t", record={"k": 1, "v": "young"})
+    young_stamp = h.call(B, "tx_commit", tid=young)["stamp"]
     reply = h.result(A, req)
     assert reply is not None and reply.error is None
+    # Committed after the younger one, the older one's write must win on every replica:
+    # its stamp is given at the decision, not at the prepare it waited in.
+    assert reply.value["stamp"] > young_stamp
+    for n in h.names:
+        assert h.content(n, "t")["1"] == {"k": 1, "v": "old"}
+
+
+def test_a_younger_transaction_dies_at_its_prepare_on_an_older_ones_lock() -> None:
+    h = setup()
+    old, _ = begin(h, A)
+    young, _ = begin(h, B)
+    h.call(A, "tx_read", tid=old, table="t", key=1, lock="write")
+    h.call(B, "tx_write", tid=young, table="t", record={"k": 1, "v": "young"})
+    with pytest.raises(Restart, match="older transaction"):
+        h.call(B, "tx_commit", tid=young)
+    h.call(A, "tx_write", tid=old, table="t", record={"k": 1, "v": "old"})
     h.call(A, "tx_commit", tid=old)
-    assert h.content(C, "t")["1"] == {"k": 1, "v": "old"}
+    for n in h.names:
+        assert h.content(n, "t")["1"] == {"k": 1, "v": "old"}
+        assert not h.cores[n].locks.tids()
 
 
 def test_a_deadlock_restarts_the_younger_one() -> None:
     h = setup()
     old, _ = begin(h, A)
     young, _ = begin(h, B)
-    h.call(A, "tx_write", tid=old, table="t", record={"k": 1, "v": "old"})
-    h.call(B, "tx_write", tid=young, table="t", record={"k": 2, "v": "young"})
-    req = h.submit(A, "tx_write", tid=old, table="t", record={"k": 2, "v": "old"})  # waits
+    h.call(A, "tx_read", tid=old, table="t", key=1, lock="write")
+    h.call(B, "tx_read", tid=young, table="t", key=2, lock="write")
+    req = h.submit(A, "tx_read", tid=old, table="t", key=2, lock="write")  # waits
     h.run()
     with pytest.raises(Restart, match="older transaction"):
-        h.call(B, "tx_write", tid=young, table="t", record={"k": 1, "v": "young"})
+        h.call(B, "tx_read", tid=young, table="t", key=1, lock="write")
     reply = h.result(A, req)
     assert reply is not None and reply.error is None
+    h.call(A, "tx_write", tid=old, table="t", record={"k": 1, "v": "old"})
+    h.call(A, "tx_write", tid=old, table="t", record={"k": 2, "v": "old"})
     h.call(A, "tx_commit", tid=old)
     assert h.content(B, "t") == {"1": {"k": 1, "v": "old"}, "2": {"k": 2, "v": "old"}}
     with pytest.raises(Restart):  # the dead one is gone everywhere
