@@ -10,6 +10,8 @@ on `local-cluster[2,1,1024]`, alternating rounds so drift in machine load hits b
   RCS/RCC tree, 3 core nodes).
 - limit (the baseline): the same job with `no_claims`: it reads, parses, checks and writes
   the same data through the same Arrow path, and claims nothing. No claim path can beat it.
+- spark alone: the JVM reads the same lines and writes them as Parquet, one pass, no Python:
+  the floor under the limit (what Spark itself costs on this machine).
 - with --plain: also plain SET NX through redis-py on the same master (no rabbitry), in its
   own SparkSession without the embedding (the old baseline).
 
@@ -17,8 +19,9 @@ Each figure is the median over --rounds of the whole job's wall time, after one 
 each, so JVM class loading counts for neither. The ratio printed is limit_time /
 embedded_time: the embedded job's throughput as a fraction of the limit.
 
---profile: one more embedded run with a cProfile of every partition's Python worker
-(PipelineOptions.profile_dir), summed: where an executor's Python time goes.
+--profile: one more embedded run and one more limit run with a cProfile of every
+partition's Python worker (PipelineOptions.profile_dir), summed, its main thread and its
+claim thread apart: where an executor's Python time goes.
 
 Then the recovery figure: a run on the embedded stack where the Redis master is SIGKILLed
 once claiming has begun. Printed: the failover time (kill -> the new master in this host's
@@ -76,7 +79,7 @@ def _plain_session() -> Any:
 def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> None:
     master = stack.redis_master()
     assert master is not None
-    runs: dict[str, list[float]] = {"embedded": [], "limit": [], "plain": []}
+    runs: dict[str, list[float]] = {"embedded": [], "limit": [], "plain": [], "spark": []}
     n = 0
 
     def options(kind: str, **extra: Any) -> PipelineOptions:
@@ -84,6 +87,7 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
         n += 1
         return PipelineOptions(
             partitions=args.partitions,
+            batch=args.batch,
             run_id=f"bench-{time.time_ns()}-{n}",
             overwrite=True,
             plain_redis=master if kind == "plain" else None,
@@ -93,26 +97,43 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
 
     def measure(spark: Any, kinds: tuple[str, ...]) -> None:
         for kind in kinds:  # JVM and worker warm-up
-            _timed(spark, data, work / "warm", options(kind))
+            if kind == "spark":
+                _spark_alone(spark, data, work / "warm", args.partitions)
+            else:
+                _timed(spark, data, work / "warm", options(kind))
         for _ in range(args.rounds):
             for kind in kinds:
-                seconds, summary = _timed(spark, data, work / "out", options(kind))
+                if kind == "spark":
+                    seconds = _spark_alone(spark, data, work / "out", args.partitions)
+                    print(f"  {kind:9s} {seconds:6.2f} s  lines copied", flush=True)
+                else:
+                    seconds, summary = _timed(spark, data, work / "out", options(kind))
+                    print(
+                        f"  {kind:9s} {seconds:6.2f} s  processed {summary.processed}", flush=True
+                    )
                 runs[kind].append(seconds)
-                print(f"  {kind:9s} {seconds:6.2f} s  processed {summary.processed}", flush=True)
 
     spark = stack.start_spark()
     stack.warm_up(executors=2)
-    measure(spark, ("embedded", "limit"))
+    measure(spark, ("embedded", "limit", "spark"))
     if args.profile:
-        profile(spark, data, work, options("embedded", profile_dir=str(work / "profile")))
+        for kind in ("embedded", "limit"):
+            folder = work / f"profile-{kind}"
+            profile(spark, data, work, options(kind, profile_dir=str(folder)))
     spark.stop()
     stack.spark = None
     embedded = statistics.median(runs["embedded"])
     limit = statistics.median(runs["limit"])
+    alone = statistics.median(runs["spark"])
     print(
         f"pipeline throughput, {data.messages} messages: embedded {data.messages / embedded:,.0f}"
         f" msg/s ({embedded:.2f} s), limit (same job, no claims) {data.messages / limit:,.0f}"
         f" msg/s ({limit:.2f} s); ratio embedded/limit = {limit / embedded:.2f}"
+    )
+    print(
+        f"spark alone (read the lines, write them as Parquet; no Python, one pass)"
+        f" {data.messages / alone:,.0f} lines/s ({alone:.2f} s); ratio limit/spark alone ="
+        f" {alone / limit:.2f}"
     )
     if args.plain:
         spark = _plain_session()
@@ -125,45 +146,130 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
         )
 
 
+def _spark_alone(spark: Any, data: Any, out: Path, partitions: int) -> float:
+    """The floor under any job over this input on this machine: the JVM reads the lines and
+    writes them as Parquet, in as many partitions as the pipeline uses; no Python at all."""
+    size = max(data.path.stat().st_size, 1)
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(max(4096, -(-size // partitions))))
+    started = time.monotonic()
+    try:
+        spark.read.text(str(data.path)).write.mode("overwrite").parquet(str(out))
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    return time.monotonic() - started
+
+
 def profile(spark: Any, data: Any, work: Path, opts: PipelineOptions) -> None:
-    """One embedded run with every partition's Python worker profiled; print where it went."""
+    """One run with every partition's Python worker profiled; print where it went. The
+    worker has two threads: the main one (Spark's Arrow in and out, the parse, the output
+    columns) and the claim thread (the claims, one batch in flight while the next is parsed),
+    each profiled on its own; their times overlap."""
     import pstats
 
     seconds, _ = _timed(spark, data, work / "prof", opts)
-    files = sorted(str(p) for p in Path(opts.profile_dir or "").glob("*.prof"))
-    if not files:
+    folder = Path(opts.profile_dir or "")
+    main_files = sorted(str(p) for p in folder.glob("*.prof"))
+    claim_files = sorted(str(p) for p in folder.glob("*.claims"))
+    if not main_files:
         print("profile: no profiles were written (executors on another host?)")
         return
-    stats = pstats.Stats(*files)
-    total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
-
-    def cumulative(name: str) -> float:
-        return max(  # the outermost call of that name (nested calls are inside it)
-            (v[3] for (_, _, func), v in stats.stats.items() if func == name),  # type: ignore[attr-defined]
-            default=0.0,
-        )
-
-    def own(*fragments: str) -> float:  # built-ins are named "<method 'recv' of ...>"
-        return sum(
-            v[2]
-            for (_, _, func), v in stats.stats.items()  # type: ignore[attr-defined]
-            if any(f in func for f in fragments)
-        )
-
-    print(f"profile of {len(files)} partitions' Python workers ({seconds:.2f} s run):")
-    for label, value in (
-        ("parse and check (json.loads, checks)", cumulative("_parse")),
-        ("claims (script call + WAIT, revoked, require_running)", cumulative("claim_batch")),
-        ("  of which packing the commands (redis-py)", cumulative("pack_commands")),
+    kind = "limit (no claims)" if opts.no_claims else "embedded"
+    print(f"profile of {len(main_files)} partitions' Python workers, {kind} ({seconds:.2f} s run):")
+    main = pstats.Stats(*main_files)
+    _report(
+        main,
+        "main thread",
         (
-            "  of which waiting on the socket (Redis, WAIT)",
-            own("method 'recv'", "method 'recv_into'"),
+            ("parse and check (Arrow's JSON reader + compute)", "cumulative", ("parse_chunk",)),
+            ("  of which the row-at-a-time fallback", "cumulative", ("_slow",)),
+            (
+                "output columns (verdicts, rejects)",
+                "cumulative",
+                ("verdict_columns", "reject_columns"),
+            ),
+            ("waiting for the claim thread's answers", "cumulative", ("_take",)),
+            ("ids to Python strings for the claim", "cumulative", ("submit",)),
         ),
-        ("output rows (_Columns.add)", cumulative("add")),
-    ):
-        print(f"  {label:55s} {value:7.2f} s")
-    print(f"  {'all profiled Python time':55s} {total:7.2f} s")
-    stats.sort_stats("tottime").print_stats(12)
+    )
+    if claim_files:
+        _report(
+            pstats.Stats(*claim_files),
+            "claim thread",
+            (
+                ("claims (check, revoked, script call + WAIT)", "cumulative", ("claim_ids",)),
+                (
+                    "  of which the node's check (require_running)",
+                    "cumulative",
+                    ("require_running",),
+                ),
+                ("  of which the revoked set", "cumulative", ("revoked_ids",)),
+                ("  of which sending (redis-py)", "own", ("method 'sendall'",)),
+                (
+                    "  of which waiting for Redis (script, replica, WAIT)",
+                    "own",
+                    ("method 'recv'", "method 'recv_into'"),
+                ),
+            ),
+        )
+    main.sort_stats("tottime").print_stats(10)
+
+
+def _report(stats: Any, title: str, rows: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
+    table = stats.stats  # {(file, line, function): (calls, ncalls, own, cumulative, callers)}
+    total = sum(v[2] for v in table.values())
+
+    def value(how: str, names: tuple[str, ...]) -> float:
+        if how == "own":  # built-ins are named "<method 'recv' of ...>"
+            return sum(v[2] for (_, _, f), v in table.items() if any(n in f for n in names))
+        # the outermost call of each name (nested calls are inside it)
+        return sum(
+            max((v[3] for (_, _, f), v in table.items() if f == n), default=0.0) for n in names
+        )
+
+    print(f"  {title}: {total:.2f} s over all partitions")
+    for label, how, names in rows:
+        print(f"    {label:58s} {value(how, names):7.2f} s")
+
+
+def claims_alone(stack: DemoStack, args: argparse.Namespace) -> None:
+    """The claim path without Spark: one Claimer (the job's, batches of --batch) through a
+    FailoverRedis on the stack's master with WAIT for 1 replica, as an executor claims, over
+    fresh ids; then two such clients at once (the two executors). The ceiling of claims on
+    this machine; beside it, the same script on the master without WAIT."""
+    from failover import FailoverRedis
+    from rabbitry.demo.stack import SYSTEM
+    from rabbitry.spark.claims import Claimer
+
+    count = args.messages
+    ids = [f"claim-{n:08d}" for n in range(count)]
+
+    def run(wait: int, clients: int) -> float:
+        tag = f"alone-{time.time_ns()}"
+
+        def one(part: list[str], index: int) -> None:
+            client = FailoverRedis(str(stack.master_file), system=SYSTEM, wait_replicas=wait)
+            claimer = Claimer(client, tag, f"{tag}:{index}", batch=args.batch)
+            for start in range(0, len(part), args.batch):
+                claimer.claim_ids(part[start : start + args.batch])
+            client.close()
+
+        parts = [ids[i::clients] for i in range(clients)]
+        threads = [threading.Thread(target=one, args=(p, i)) for i, p in enumerate(parts)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return count / (time.monotonic() - started)
+
+    one_wait = run(1, 1)
+    two_wait = run(1, 2)
+    no_wait = run(0, 1)
+    print(
+        f"claims alone (no Spark), batches of {args.batch}: {one_wait:,.0f} claims/s from one"
+        f" client with WAIT 1, {two_wait:,.0f} from two at once; {no_wait:,.0f} without WAIT"
+        f" (ratio WAIT/no WAIT = {one_wait / no_wait:.2f})"
+    )
 
 
 def _dbsize(address: str) -> int:
@@ -230,7 +336,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--profile", action="store_true", help="profile the executors' Python")
     parser.add_argument("--plain", action="store_true", help="also plain SET NX, no rabbitry")
-    parser.add_argument("--part", choices=("all", "throughput", "recovery"), default="all")
+    parser.add_argument("--batch", type=int, default=PipelineOptions().batch)
+    parser.add_argument(
+        "--part", choices=("all", "throughput", "claims", "recovery"), default="all"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="rabbitry-bench-spark-") as tmp:
@@ -239,6 +348,8 @@ def main() -> None:
         stack = DemoStack(work / "stack", master=MASTER, spark_log=work / "spark.log")
         try:
             stack.start(spark=False)
+            if args.part in ("all", "claims"):
+                claims_alone(stack, args)
             if args.part in ("all", "throughput"):
                 throughput(stack, data, work, args)
             if args.part in ("all", "recovery"):

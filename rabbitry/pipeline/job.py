@@ -394,44 +394,111 @@ class _BatchJob:
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        name = f"{self.run_id}-{context.partitionId()}-{context.attemptNumber()}.prof"
+        name = f"{self.run_id}-{context.partitionId()}-{context.attemptNumber()}"
         profile = cProfile.Profile()
+        claims = _ClaimQueue(self._claimer(context.partitionId()), profile=True)
         profile.enable()
         try:
-            yield from self._run(batches)
+            yield from self._run(batches, claims)
         finally:
             profile.disable()
             Path(self.profile_dir).mkdir(parents=True, exist_ok=True)
-            profile.dump_stats(str(Path(self.profile_dir) / name))
+            profile.dump_stats(str(Path(self.profile_dir) / f"{name}.prof"))
+            if claims.thread_profile is not None:  # the claim thread's own profile
+                claims.thread_profile.dump_stats(str(Path(self.profile_dir) / f"{name}.claims"))
 
-    def _run(self, batches: Iterator[Any]) -> Iterator[Any]:
+    def _run(self, batches: Iterator[Any], claims: _ClaimQueue | None = None) -> Iterator[Any]:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         index = context.partitionId() if context else 0
         line = self.offsets[index] if index < len(self.offsets) else 0
-        claimer, node = self._claimer(index)
-        processed = 0
-        for batch in batches:
-            # Parse and claim a claim batch at a time, not the whole Arrow batch (10,000 rows,
-            # often a whole partition) first: the live count then moves as the work does, and
-            # a slice the fast parse cannot vouch for costs the slow way only that slice.
-            for start in range(0, batch.num_rows, self.batch):
-                part = batch.slice(start, self.batch)
-                chunk = parse_chunk(part, self.fmt, line + start + 1, self.max_payload)
-                if chunk.rejects:
-                    yield reject_columns(chunk.rejects, index)
-                if not len(chunk):
-                    continue
-                if claimer is None:
-                    codes = bytes(len(chunk))  # all PROCESS_CODE
-                else:
-                    codes = claimer.claim_ids(chunk.ids.to_pylist())
-                processed += codes.count(PROCESS_CODE)
-                yield verdict_columns(chunk, codes, node, index)
-            line += batch.num_rows
+        if claims is None:
+            claims = _ClaimQueue(self._claimer(index))
+        node = claims.node
+        try:
+            for batch in batches:
+                # Parse and claim a claim batch at a time, not the whole Arrow batch (10,000
+                # rows, often a whole partition) first: the live count then moves as the work
+                # does, and a slice the fast parse cannot vouch for costs the slow way only
+                # that slice.
+                for start in range(0, batch.num_rows, self.batch):
+                    part = batch.slice(start, self.batch)
+                    chunk = parse_chunk(part, self.fmt, line + start + 1, self.max_payload)
+                    if chunk.rejects:
+                        yield reject_columns(chunk.rejects, index)
+                    if len(chunk):
+                        claims.submit(chunk)
+                    for done, codes in claims.ready():
+                        yield verdict_columns(done, codes, node, index)
+                line += batch.num_rows
+            for done, codes in claims.drain():
+                yield verdict_columns(done, codes, node, index)
+        finally:
+            claims.close()
         self.retried.add(context.attemptNumber() if context else 0)
-        self.finished.add(processed)
+        self.finished.add(claims.processed)
+
+
+class _ClaimQueue:
+    """The claims of one partition, in order, with one batch's claim in flight while the next
+    slice is parsed: the round trip (the script, the replica's copy, the WAIT) then overlaps
+    this worker's parse and Spark's write instead of following them.
+
+    Nothing changes for safety: one thread claims, one batch after another (check() first,
+    the WAIT before its answer), and a verdict is yielded only once its claim has answered. A
+    claim that fails raises from drain() or ready(), and the attempt fails as before; the
+    next batch's claim may have run by then, and a retry re-finds those claims as its own."""
+
+    def __init__(self, claimer_node: tuple[Claimer | None, str], profile: bool = False) -> None:
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.claimer, self.node = claimer_node
+        self.thread_profile: Any = None  # a cProfile of the claim thread (profile=True)
+        self.pool = (
+            ThreadPoolExecutor(1, "claims", initializer=self._start_profile if profile else None)
+            if self.claimer
+            else None
+        )
+        self.pending: deque[tuple[Any, Any]] = deque()
+        self.processed = 0  # messages claimed as ours (all of them with no_claims)
+
+    def _start_profile(self) -> None:
+        import cProfile
+
+        self.thread_profile = cProfile.Profile()
+        self.thread_profile.enable()
+
+    def submit(self, chunk: Any) -> None:
+        if self.pool is None or self.claimer is None:  # no_claims: every message is ours
+            self.pending.append((chunk, None))
+            return
+        self.pending.append(
+            (chunk, self.pool.submit(self.claimer.claim_ids, chunk.ids.to_pylist()))
+        )
+
+    def ready(self) -> Iterator[tuple[Any, bytes]]:
+        """Answered claims, keeping one in flight."""
+        while len(self.pending) > (0 if self.pool is None else 1):
+            yield self._take()
+
+    def drain(self) -> Iterator[tuple[Any, bytes]]:
+        while self.pending:
+            yield self._take()
+
+    def _take(self) -> tuple[Any, bytes]:
+        chunk, future = self.pending.popleft()
+        codes = bytes(len(chunk)) if future is None else future.result()
+        self.processed += codes.count(PROCESS_CODE)
+        return chunk, codes
+
+    def close(self) -> None:
+        if self.pool is None:
+            return
+        if self.thread_profile is not None:
+            self.pool.submit(self.thread_profile.disable).result()
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class ProgressWatcher:

@@ -114,3 +114,34 @@ def test_the_driver_reads_the_live_count_from_the_executors_master_file(
     client.hset(key, mapping={"0": 300, "1": 200})
     reader = _progress_reader(Context(), PipelineOptions(), key)
     assert reader is not None and reader() == 500
+
+
+def test_a_failed_claim_fails_the_attempt_after_only_answered_verdicts(
+    server: RedisServer, tmp_path: Path
+) -> None:
+    """One claim is in flight while the next slice is parsed; still, every verdict that comes
+    out was answered, and a claim that fails (a paused node, no WAIT) fails the attempt."""
+
+    class Paused(Exception):
+        pass
+
+    class Stub:
+        calls = 0
+
+        def claim_ids(self, ids: list[str]) -> bytes:
+            self.calls += 1
+            if self.calls == 2:
+                raise Paused("node paused")
+            return bytes(len(ids))
+
+    job, done = make(server, tmp_path)
+    stub = Stub()
+    job._claimer = lambda index: (stub, "-")  # type: ignore[method-assign,assignment,return-value]
+    lines = [json.dumps({"id": f"m{n}", "payload": "p"}) for n in range(6)]  # 3 claim batches
+    out = job(iter([pa.RecordBatch.from_pydict({"value": lines})]))
+    seen = []
+    with pytest.raises(Paused):
+        for batch in out:
+            seen += batch.to_pylist()
+    assert [row["id"] for row in seen] == ["m0", "m1"]  # the first batch only
+    assert done.value == 0  # a failed attempt adds nothing
