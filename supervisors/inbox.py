@@ -25,6 +25,9 @@ class Inbox:
     """Two-lane mailbox; see the module docstring."""
 
     __slots__ = ("_closed", "_messages", "_on_drain", "_signals")
+    # close() queues CLOSED so that a reader blocked in get() wakes up; a mailbox read without
+    # blocking (PooledInbox) has no such reader and must not see the token
+    _wakes_reader = True
 
     def __init__(self) -> None:
         self._messages: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -68,5 +71,5 @@ class Inbox:
                 break
             if item is not _WAKE and item is not CLOSED and on_drain is not None:
                 on_drain(item)
-        if self._closed:
+        if self._closed and self._wakes_reader:
             self._messages.put(CLOSED)

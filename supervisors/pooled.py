@@ -12,7 +12,6 @@ finished) are `Flag`s, which make a threading.Event only when somebody waits on 
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import uuid
@@ -22,6 +21,7 @@ import pykka
 from pykka import ActorRef
 
 from supervisors import pool as _pool
+from supervisors.inbox import Inbox
 from supervisors.process import Process, _local
 
 
@@ -73,17 +73,15 @@ class Flag:
 _flag_lock = threading.Lock()
 
 
-class PooledInbox:
+class PooledInbox(Inbox):
     """A PooledProcess's mailbox: Process's Inbox (a priority lane for exit signals, close and
     drain) without blocking reads, and a put that schedules the process on the pool."""
 
-    __slots__ = ("_closed", "_messages", "_on_drain", "_owner", "_scheduled", "_signals")
+    __slots__ = ("_owner", "_scheduled")
+    _wakes_reader = False  # read by the pool with poll(), never blocked in get()
 
     def __init__(self, owner: PooledProcess) -> None:
-        self._messages: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._signals: list[Any] = []
-        self._closed = False
-        self._on_drain: Any = None
+        super().__init__()
         # Held while the process is on the run queue or running a turn (see pool.py).
         self._scheduled = threading.Lock()
         self._owner = owner
@@ -103,33 +101,13 @@ class PooledInbox:
     def poll(self) -> Any:
         """The next envelope, signals first, or None if the mailbox is empty."""
         if self._signals:
-            return self._signals.pop(0)
+            return self._signals.popleft()
         if self._messages.empty():
             return None
         return self._messages.get_nowait()
 
     def get(self) -> Any:
         raise TypeError("a PooledProcess mailbox is read by the pool; it has no blocking get()")
-
-    def empty(self) -> bool:
-        return not self._signals and self._messages.empty()
-
-    def close(self, on_drain: Any) -> None:
-        """Refuse further delivery: every envelope queued now or later goes to `on_drain`."""
-        self._on_drain = on_drain
-        self._closed = True
-        self._drain()
-
-    def _drain(self) -> None:
-        on_drain = self._on_drain
-        self._signals.clear()
-        while True:
-            try:
-                item = self._messages.get_nowait()
-            except queue.Empty:
-                break
-            if on_drain is not None:
-                on_drain(item)
 
 
 # pykka names actors by a random UUID4 URN. uuid4() per actor costs a system call; a random
