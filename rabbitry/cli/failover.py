@@ -47,6 +47,25 @@ example:
 exit codes: 0 stopped by a signal, 1 failed, 2 bad usage or config"""
 
 
+def _role_start(
+    sub: Any, role: str, role_help: str, *, start_help: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    """`failover <role>` (usage when given alone) and its `start`, with the options every
+    role takes; the caller adds the role's own options to the parser returned."""
+    parser = sub.add_parser(role, help=role_help)
+    role_sub = parser.add_subparsers(dest=f"{role}_command", metavar="COMMAND")
+    parser.set_defaults(handler=lambda args: _usage(parser), help_parser=parser)
+    start = role_sub.add_parser(
+        "start",
+        help=start_help,
+        description=description,
+        epilog=epilog,
+        formatter_class=HelpFormatter,
+    )
+    _common(start)
+    return start
+
+
 def register(commands: Any) -> None:
     """Add `failover` to the `rabbitry` command's subparsers."""
     group = commands.add_parser(
@@ -59,18 +78,15 @@ def register(commands: Any) -> None:
     sub = group.add_subparsers(dest="failover_command", metavar="COMMAND")
     group.set_defaults(handler=lambda args: _usage(group), help_parser=group)
 
-    server = sub.add_parser("server", help="the configuration server (RCS)")
-    server_sub = server.add_subparsers(dest="server_command", metavar="COMMAND")
-    server.set_defaults(handler=lambda args: _usage(server), help_parser=server)
-    start = server_sub.add_parser(
-        "start",
-        help="run the RCS in the foreground",
+    start = _role_start(
+        sub,
+        "server",
+        "the configuration server (RCS)",
+        start_help="run the RCS in the foreground",
         description="Watch the Redis master; when it is down, and every client agrees, "
         "promote the best replica and tell every client.",
         epilog=SERVER_EPILOG,
-        formatter_class=HelpFormatter,
     )
-    _common(start)
     start.add_argument("--redis-servers", help="the set's servers: host:port,host:port (>= 2)")
     start.add_argument("--client-ids", help="every RCC id: rcc-1,rcc-2 (empty: switch at once)")
     start.add_argument("--master-retries", type=int, help="failed checks before a switch (3)")
@@ -82,18 +98,15 @@ def register(commands: Any) -> None:
     start.add_argument("--http", help=f"status page address (default {DEFAULT_HTTP}; '' none)")
     start.set_defaults(handler=server_start, help_parser=start)
 
-    client = sub.add_parser("client", help="a configuration client (RCC)")
-    client_sub = client.add_subparsers(dest="client_command", metavar="COMMAND")
-    client.set_defaults(handler=lambda args: _usage(client), help_parser=client)
-    cstart = client_sub.add_parser(
-        "start",
-        help="run an RCC in the foreground",
-        description="Keep this host's master file in line with the RCS, and take part in "
-        "its switches.",
+    cstart = _role_start(
+        sub,
+        "client",
+        "a configuration client (RCC)",
+        start_help="run an RCC in the foreground",
+        description="Keep this host's master file in line with the RCS, and take part in its "
+        "switches.",
         epilog=CLIENT_EPILOG,
-        formatter_class=HelpFormatter,
     )
-    _common(cstart)
     cstart.add_argument("--client-id", help="this client's id, one of the RCS's --client-ids")
     cstart.add_argument("--master-file", help="the master file FailoverRedis reads on this host")
     cstart.add_argument(
