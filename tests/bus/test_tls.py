@@ -4,7 +4,6 @@ always on; certificates come from rabbitry.tls_gen."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
@@ -22,6 +21,7 @@ from monitors.bus.urls import parse_bus_url
 from rabbitry.tls_gen import generate
 from tests.bus.conftest import Inbox
 from tests.services import require_amqp
+from tests.socket_pump import close_all, pump
 
 BUILD_HINT = "install a redis-server built with TLS (Debian's redis-server 7 is)"
 
@@ -155,25 +155,11 @@ class TlsTerminator:
             return
         back = socket.create_connection(("127.0.0.1", 5672))
         self._socks += [front, back]
-        threading.Thread(target=self._pump, args=(back, front), daemon=True).start()
-        self._pump(front, back)
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        threading.Thread(target=pump, args=(back, front), daemon=True).start()
+        pump(front, back)
 
     def close(self) -> None:
-        self.listener.close()
-        for sock in self._socks:
-            with contextlib.suppress(OSError):
-                sock.close()
+        close_all(self.listener, self._socks)
 
 
 @pytest.mark.amqp

@@ -6,7 +6,6 @@ without a nodedown."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import socket
@@ -21,6 +20,7 @@ from monitors.tls import TlsContexts, TlsFiles
 from rabbitry.tls_gen import CA, make_ca, make_cert, write_cert, write_key
 from supervisors import Process
 from tests.dist.helpers import Echo, Probe, mesh, wait_until
+from tests.socket_pump import close_all, pump
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,24 +98,10 @@ class RecordingProxy:
         server = socket.create_connection(self.upstream)
         self._socks += [client, server]
         for src, dst, log in ((client, server, self.to_server), (server, client, self.to_client)):
-            threading.Thread(target=self._pump, args=(src, dst, log), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, log: bytearray) -> None:
-        try:
-            while data := src.recv(65536):
-                log += data
-                dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            threading.Thread(target=pump, args=(src, dst, log), daemon=True).start()
 
     def close(self) -> None:
-        self.listener.close()
-        for sock in self._socks:
-            sock.close()
+        close_all(self.listener, self._socks)
 
 
 def test_recording_proxy_sees_a_tls_handshake_and_nothing_readable(make_kernel, pki):
