@@ -37,7 +37,9 @@ from typing import Any
 
 from monitors.effects import Connect
 from monitors.node_monitor.ephemeral import EphemeralMonitorCore
+from tests.sim.cli import run_jobs, schedule_report
 from tests.sim.engine import NetConfig, Sim, SimNode
+from tests.sim.faults import apply_fault, heal_all
 from tests.sim.invariants import InvariantViolation, NodeMonitorInvariants
 from tests.sim.node_monitor import Mode, NodeMonitorKind, core_api
 from tests.sim.schedules import FIRST_FAULT, KINDS, MODES, Op, make_fault
@@ -358,38 +360,17 @@ class EphResult:
 
     def report(self, tail: int = 60) -> str:
         s = self.schedule
-        if self.violation is None:
-            return f"ok: {s.describe()}\n  {self.sim.steps} core events"
-        return "\n".join(
-            [
-                f"FAILED seed={s.seed}: {self.violation}",
-                s.describe(),
-                f"last {tail} trace entries:",
-                self.sim.format_trace(tail),
-                f"replay: python -m tests.sim.ephemeral --seed {s.seed} --mode {s.mode.label} "
-                "--trace",
-            ]
-        )
+        replay = f"python -m tests.sim.ephemeral --seed {s.seed} --mode {s.mode.label} --trace"
+        return schedule_report(s, self.sim, self.violation, tail, replay)
 
 
 def _apply(sim: Sim, checker: EphemeralInvariants, kind: MixedKind, op: Op) -> None:
     checker.fault()
     checker.op(op)
     name, args = op.action, op.args
-    if name == "cut":
-        sim.net.cut(args[0], args[1])
-    elif name == "heal":
-        sim.net.heal(args[0], args[1])
-    elif name == "crash":
-        sim.crash(args[0])
-    elif name == "boot":
-        if not sim.nodes[args[0]].alive:
-            sim.boot(args[0])
-    elif name == "freeze":
-        sim.freeze(args[0])
-    elif name == "thaw":
-        sim.thaw(args[0])
-    elif name == "leave":
+    if apply_fault(sim, op):
+        return
+    if name == "leave":
         node = sim.nodes[args[0]]
         if node.alive and not node.frozen:
             core = node.cores[kind.name]
@@ -400,12 +381,8 @@ def _apply(sim: Sim, checker: EphemeralInvariants, kind: MixedKind, op: Op) -> N
 
 def _heal_everything(sim: Sim, checker: EphemeralInvariants, schedule: EphSchedule) -> None:
     checker.fault()
-    sim.record(None, "heal_all", "")
-    sim.net.heal_all()
-    for name, node in sim.nodes.items():
-        if node.frozen:
-            sim.thaw(name)
-            checker.thawed_at[name] = sim.now
+    for name in heal_all(sim):
+        checker.thawed_at[name] = sim.now
     dead = [n for n, node in sim.nodes.items() if not node.alive and n not in schedule.gone]
     for n in dead:
         checker.op(Op(sim.now, "boot", (n,)))
@@ -475,15 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = list(MODES) if args.mode == "all" else args.mode.split(",")
     if args.sweep:
         jobs = [(m, s) for m in modes for s in range(args.seed, args.seed + args.sweep)]
-        if args.jobs > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
-                results = list(pool.map(run_job, jobs, chunksize=4))
-        else:
-            results = [run_job(j) for j in jobs]
+        results = run_jobs(run_job, jobs, args.jobs, chunksize=4)
         failures = [(m, s, inv) for m, s, inv, _ in results if inv is not None]
         for m, s, inv in failures:
             print(f"seed={s} mode={m}: {inv}")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
+from tests.sim.cli import run_jobs, sizes
 from tests.sim.engine import NetConfig, Sim, SimNode
 from tests.sim.invariants import InvariantViolation
 from tests.sim.node_monitor import Mode, NodeMonitorKind
@@ -197,24 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", action="store_true")
     args = ap.parse_args(argv)
     modes = list(HEAL_MODES) if args.mode == "all" else args.mode.split(",")
-    lo, _, hi = args.nodes.partition("-")
-    sizes = list(range(int(lo), int(hi or lo) + 1))
+    nodes = sizes(args.nodes)
     if args.sweep:
         jobs = [
             (mode, n, seed)
             for mode in modes
-            for n in sizes
+            for n in nodes
             for seed in range(args.seed, args.seed + args.sweep)
         ]
-        if args.jobs > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
-                results = list(pool.map(run_heal_job, jobs, chunksize=8))
-        else:
-            results = [run_heal_job(j) for j in jobs]
+        results = run_jobs(run_heal_job, jobs, args.jobs, chunksize=8)
         failed = [r for r in results if r[3] is not None]
         for mode, n, seed, inv, _ in failed:
             print(f"seed={seed} nodes={n} mode={mode}: {inv}")
@@ -222,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if failed:
             print("\nthe first:\n" + (failed[0][4] or ""))
         return 1 if failed else 0
-    r = run_heal(args.seed, sizes[0], modes[0], trace_len=None if args.trace else 200)
+    r = run_heal(args.seed, nodes[0], modes[0], trace_len=None if args.trace else 200)
     if args.trace:
         print(r.sim.format_trace())
     print(r.report())

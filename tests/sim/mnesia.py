@@ -38,8 +38,10 @@ from mnesia_like.core import MnesiaCore
 from mnesia_like.errors import Restart
 from mnesia_like.participant import Participant
 from mnesia_like.records import key_json
+from tests.sim.cli import sizes
 from tests.sim.engine import EffectHandler, NetConfig, Sim, SimNode
-from tests.sim.schedules import FIRST_FAULT, Fault, Op, make_fault
+from tests.sim.faults import apply_fault, heal_all
+from tests.sim.schedules import FIRST_FAULT, Fault, make_fault
 
 NAME = MnesiaCore.NAME
 SETTLE = 12.0  # after the final heal the store must be whole and converged within this
@@ -403,29 +405,8 @@ class MnesiaRun:
         )
 
 
-def _apply(sim: Sim, op: Op) -> None:
-    name, args = op.action, op.args
-    if name == "cut":
-        sim.net.cut(args[0], args[1])
-    elif name == "heal":
-        sim.net.heal(args[0], args[1])
-    elif name == "crash":
-        sim.crash(args[0])
-    elif name == "boot":
-        if not sim.nodes[args[0]].alive:
-            sim.boot(args[0])
-    elif name == "freeze":
-        sim.freeze(args[0])
-    elif name == "thaw":
-        sim.thaw(args[0])
-
-
 def _heal_everything(sim: Sim) -> None:
-    sim.record(None, "heal_all", "")
-    sim.net.heal_all()
-    for name, node in sim.nodes.items():
-        if node.frozen:
-            sim.thaw(name)
+    heal_all(sim)
     dead = [name for name, node in sim.nodes.items() if not node.alive]
     if dead:
         sim.boot(*dead)
@@ -449,7 +430,7 @@ def prepare(
         sim.add_node(name)
     for f in schedule.faults:
         for op in f.ops:
-            sim.at(op.at, _apply, sim, op)
+            sim.at(op.at, apply_fault, sim, op)
     sim.at(schedule.heal_at, _heal_everything, sim)
     sim.boot(*schedule.nodes)
     return MnesiaRun(schedule, sim, kind, record)
@@ -555,12 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=0, help="the first seed of a sweep")
     p.add_argument("--wread", action="store_true", help="transactions read with write locks")
     a = p.parse_args(argv)
-    lo, _, hi = a.nodes.partition("-")
-    sizes = range(int(lo), int(hi or lo) + 1)
+    nodes = sizes(a.nodes)
     merges = MERGES if a.merge == "all" else (a.merge,)
     if a.seed is not None:
         status = 0
-        for n in sizes:
+        for n in nodes:
             for merge in merges:
                 run, v = run_seed(a.seed, n, merge, wread=a.wread)
                 print(run.report(v) if v else f"ok seed={a.seed} nodes={n} merge={merge}")
@@ -571,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     total = 0
     for merge in merges:
-        for n in sizes:
+        for n in nodes:
             t0 = time.process_time()
             bad = []
             for seed in range(a.first, a.first + a.sweep):

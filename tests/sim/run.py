@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.sim.cli import schedule_report, sizes
 from tests.sim.engine import NetConfig, Sim
+from tests.sim.faults import apply_fault, heal_all
 from tests.sim.invariants import InvariantViolation, NodeMonitorInvariants
 from tests.sim.node_monitor import NodeMonitorKind, core_api
 from tests.sim.schedules import MODES, Op, Schedule, generate
@@ -52,47 +54,19 @@ class Result:
         return cmd
 
     def report(self, tail: int = TAIL) -> str:
-        s = self.schedule
-        if self.violation is None:
-            return f"ok: {s.describe()}\n  {self.sim.steps} core events"
-        return "\n".join(
-            [
-                f"FAILED seed={s.seed}: {self.violation}",
-                s.describe(),
-                f"last {tail} trace entries:",
-                self.sim.format_trace(tail),
-                f"replay: {self.command()} --trace",
-            ]
-        )
+        replay = f"{self.command()} --trace"
+        return schedule_report(self.schedule, self.sim, self.violation, tail, replay)
 
 
 def _apply(sim: Sim, checker: NodeMonitorInvariants, op: Op) -> None:
     checker.fault()
-    name, args = op.action, op.args
-    if name == "cut":
-        sim.net.cut(args[0], args[1])
-    elif name == "heal":
-        sim.net.heal(args[0], args[1])
-    elif name == "crash":
-        sim.crash(args[0])
-    elif name == "boot":
-        if not sim.nodes[args[0]].alive:
-            sim.boot(args[0])
-    elif name == "freeze":
-        sim.freeze(args[0])
-    elif name == "thaw":
-        sim.thaw(args[0])
-    else:
+    if not apply_fault(sim, op):
         raise ValueError(f"unknown op {op}")
 
 
 def _heal_everything(sim: Sim, checker: NodeMonitorInvariants) -> None:
     checker.fault()
-    sim.record(None, "heal_all", "")
-    sim.net.heal_all()
-    for name, node in sim.nodes.items():
-        if node.frozen:
-            sim.thaw(name)
+    heal_all(sim)
     dead = [name for name, node in sim.nodes.items() if not node.alive]
     if dead:
         sim.boot(*dead)
@@ -194,11 +168,6 @@ def _modes(arg: str) -> list[str]:
     return list(MODES) if arg == "all" else arg.split(",")
 
 
-def _sizes(arg: str) -> list[int]:
-    lo, _, hi = arg.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.sim.run", description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -227,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep:
         failures = 0
         for mode in _modes(args.mode):
-            for n in _sizes(args.nodes):
+            for n in sizes(args.nodes):
                 for seed in range(args.seed, args.seed + args.sweep):
                     r = run_seed(seed, n, mode, core=args.core, lossy=args.lossy)
                     if not r.ok:
@@ -239,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.load:
         schedule = Schedule.from_json(json.loads(args.load.read_text()))
     else:
-        schedule = generate(args.seed, _sizes(args.nodes)[0], args.mode)
+        schedule = generate(args.seed, sizes(args.nodes)[0], args.mode)
     result = run_schedule(schedule, args.core, None if args.trace else 200, args.lossy)
     if args.trace:
         print(result.sim.format_trace())
