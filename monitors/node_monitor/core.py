@@ -48,8 +48,9 @@ from typing import Any
 
 from monitors.effects import CancelTimer, Connect, Disconnect, Effect, Log, Send, SetTimer
 from monitors.node_monitor import autoheal as ah
+from monitors.node_monitor import decision
 from monitors.node_monitor.config import PartitionHandling
-from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
+from monitors.node_monitor.effects import Notify, PauseApp, SaveClusterStatus
 from monitors.node_monitor.ephemeral import ROLE_CORE, ROLE_EPHEMERAL
 from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
 from monitors.node_monitor.partitions import decompose, is_fully_connected, majority, part_of
@@ -1168,22 +1169,10 @@ class NodeMonitorCore:
             return out
         self._paused = pause
         if pause:
-            if self._app in ("running", "starting"):
-                self._app = "stopping"
-            return [
-                *out,
-                Log.warning("pausing the application", reason=why),
-                PauseApp(why),
-                Notify("paused", self.node),
-            ]
-        if self._app in ("stopped", "stopping"):
-            self._app = "starting"
-        return [
-            *out,
-            Log.info("resuming the application"),
-            ResumeApp("condition holds"),
-            Notify("resumed", self.node),
-        ]
+            self._app, told = decision.pause(self._app, self.node, why)
+        else:
+            self._app, told = decision.resume(self._app, self.node, "condition holds")
+        return out + told
 
     def _maybe_autoheal(self) -> list[Effect]:
         """rabbit_node_monitor:maybe_autoheal: only once every member is connected (and has
@@ -1222,11 +1211,4 @@ class NodeMonitorCore:
         if TIMER_HEAL_SETTLE in self._timers and not self._settling:
             self._timers.discard(TIMER_HEAL_SETTLE)
             out.append(CancelTimer(TIMER_HEAL_SETTLE))
-        for key, (needed, after) in wanted.items():
-            if needed and key not in self._timers:
-                self._timers.add(key)
-                out.append(SetTimer(key, after))
-            elif not needed and key in self._timers:
-                self._timers.discard(key)
-                out.append(CancelTimer(key))
-        return out
+        return out + decision.sync_timers(self._timers, wanted)

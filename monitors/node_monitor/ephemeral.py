@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitors.effects import CancelTimer, Connect, Effect, Log, Send, SetTimer
+from monitors.effects import Connect, Effect, Log, Send
+from monitors.node_monitor import decision
 from monitors.node_monitor.config import PartitionHandling
-from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp
+from monitors.node_monitor.effects import PauseApp
 from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
 from monitors.node_monitor.partitions import majority
 from monitors.node_monitor.status import ClusterStatus
@@ -365,20 +366,13 @@ class EphemeralMonitorCore:
             return []
         self._paused = not run
         if not run:
-            if self._app in ("running", "starting"):
-                self._app = "stopping"
-            return [
-                Log.warning("pausing the application", reason=why),
-                PauseApp(why),
-                Notify("paused", self.node),
-            ]
-        if self._app in ("stopped", "stopping"):
-            self._app = "starting"
-        return [
-            Log.info("resuming the application", following=self._follow or ""),
-            ResumeApp("the core runs"),
-            Notify("resumed", self.node),
-        ]
+            self._app, out = decision.pause(self._app, self.node, why)
+        else:
+            following = self._follow or ""
+            self._app, out = decision.resume(
+                self._app, self.node, "the core runs", following=following
+            )
+        return out
 
     def _alone_log(self, now: float) -> list[Effect]:
         """While no core member is reachable: one line per back-off step (monitors/retry_log),
@@ -403,19 +397,11 @@ class EphemeralMonitorCore:
         ]
 
     def _ensure_timers(self) -> list[Effect]:
-        out: list[Effect] = []
         wanted = {
             TIMER_PING: (self._started and bool(self._down_core()), self.down_ping_interval),
             TIMER_KEEPALIVE: (self._started, self.keepalive_interval),
         }
-        for key, (needed, after) in wanted.items():
-            if needed and key not in self._timers:
-                self._timers.add(key)
-                out.append(SetTimer(key, after))
-            elif not needed and key in self._timers:
-                self._timers.discard(key)
-                out.append(CancelTimer(key))
-        return out
+        return decision.sync_timers(self._timers, wanted)
 
     # ======================================================================= helpers
 
