@@ -24,6 +24,7 @@ Routes:
                                                                   store refused it)
     POST /debug/block      {"nodes": [...] | "all", "seconds": s} fault injection: cut this node
                                                                   off (NetKernel.block)
+    POST /debug/unblock    {"nodes": [...] | "all"}               end a block early
 
 Errors come back as `{"error": "..."}` with 400 (bad request), 401 (bad token), 404 (no such
 route), 409 (the action cannot be done now) or 500, and the client raises ControlError with
@@ -297,6 +298,10 @@ class ControlClient:
     def block(self, nodes: list[str] | str, seconds: float) -> dict[str, Any]:
         """Fault injection: cut the node off from `nodes` ("all": every peer) for `seconds`."""
         return self._request("POST", "/debug/block", {"nodes": nodes, "seconds": seconds})
+
+    def unblock(self, nodes: list[str] | str = "all") -> dict[str, Any]:
+        """End a `block` early, for `nodes` ("all": every blocked peer)."""
+        return self._request("POST", "/debug/unblock", {"nodes": nodes})
 
     def mnesia_status(self) -> dict[str, Any]:
         """The store: running_db_nodes, per-table copies (all, active), recent events."""

@@ -506,6 +506,15 @@ class Node:
             raise ValueError(f"block: seconds must be 0 < s <= 3600, got {seconds!r}")
         return {"blocked": nodes, "cut": self.kernel.block(nodes, float(seconds))}
 
+    def _unblock(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Fault injection: end a block early ("all" or absent: every blocked peer)."""
+        nodes = body.get("nodes", "all")
+        if nodes != "all" and (
+            not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes)
+        ):
+            raise ValueError('unblock needs {"nodes": ["b@host", ...] | "all"}')
+        return {"unblocked": self.kernel.unblock(None if nodes == "all" else nodes)}
+
     def _start_control(self) -> Any:
         address = self.config.control
         assert address is not None
@@ -518,6 +527,7 @@ class Node:
             ("POST", "/gossip/elect"): self._elect,
             ("POST", "/gossip/elect_once"): self._elect_once,
             ("POST", "/debug/block"): self._block,
+            ("POST", "/debug/unblock"): self._unblock,
             ("GET", "/mnesia"): lambda _body: self.mnesia_status(),
             ("POST", "/mnesia"): self._mnesia_call,
             ("POST", "/cluster/join"): self._join,

@@ -530,6 +530,20 @@ class NetKernel(Process):
         log.warning("dist %s: blocked %s for %.1f s (fault injection)", self.node, cut, seconds)
         return cut
 
+    def unblock(self, nodes: Iterable[str] | None = None) -> list[str]:
+        """Fault injection: end a `block` early, for `nodes` (None: every blocked node).
+
+        Tests hold a cut for as long as a check needs and then heal it at once, rather than
+        guessing a duration that a loaded machine may outlast. Returns the nodes let through;
+        reconnecting is left to whoever next needs the link, as after a timed block.
+        """
+        with self._lock:
+            names = list(self._banned) if nodes is None else [n for n in nodes if n in self._banned]
+            for node in names:
+                self._banned.pop(node, None)
+        log.warning("dist %s: unblocked %s (fault injection)", self.node, names)
+        return names
+
     def _ban_left(self, node: str) -> float:
         until = self._banned.get(node)
         if until is None:

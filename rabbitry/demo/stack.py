@@ -347,6 +347,10 @@ class DemoStack:
         """Cut `node` off from every peer for `seconds` (NetKernel.block on that node)."""
         self.client(node).block("all", seconds)
 
+    def heal(self, node: str) -> None:
+        """End `partition(node, ...)` early."""
+        self.client(node).unblock("all")
+
     def revoke(self, ids: list[str]) -> None:
         """Revoke ids through the first core node's gossip."""
         client = self.client(self.core_name(0))
