@@ -37,8 +37,11 @@
    connection to the leader: etcd `put` (its write rate, the anchor) and a counter increment
    as etcd does one (range, then a txn that puts value + 1 if the mod_revision is unchanged,
    retried on a conflict). Ratios are ours/etcd (our aim >= 1.0 with p99 no worse). Our
-   three stores and the clients share one Python process (one GIL); etcd's members are
-   three Go processes, so this favours etcd on a machine with more cores than 2.
+   stores run in two layouts side by side: "1 process" (the three stores and the clients in
+   this process, one GIL) and "3 processes" (b and c in processes of their own,
+   mnesia_replica.py, as etcd's members are). `--blind`: our transaction only writes one
+   record, as a put does. Each line gives the CPU time per operation of every process
+   involved, and ours the fsyncs and socket writes per transaction in this process.
 
 Parts: appends, load, tx, dirty, etcd (default: all but etcd). Ratios are ours/Redis (our aim >= 1.0: the issue names Redis as the baseline, no goal).
 

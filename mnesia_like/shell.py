@@ -29,6 +29,13 @@ Messages to this node itself are handed to the core directly, in order, after th
 of the event that sent them (the simulator delivers them the same way), instead of through
 the NetKernel's JSON round trip and the mailbox.
 
+Frames coalesced per peer. Messages to other nodes, once past the hold, are gathered per peer
+and name in order, and each peer's go out in one write (NetKernel.send_many) when the mailbox
+is empty, or once OUTBOX_MAX are gathered. Any effect a caller or subscriber could observe
+(a final answer, an event, a connect) sends what was gathered first. An event that reaches
+the store without on_receive (a pykka proxy call) leaves them for the next event, at the
+latest the maintenance timer's, within a second.
+
 `Schema` is what user code holds: every method sends a request to the shell and waits on a
 future in the caller's thread; the actor's thread never blocks on a caller.
 """
