@@ -173,9 +173,10 @@ class GossipCore:
     def alive_workers(self, now: float | None = None) -> list[str]:
         """Other nodes we believe alive; with `now`, without those whose window has passed
         (the lost check drops them at its next run)."""
-        return sorted(
-            h for h, w in self.workers.items() if now is None or now < w.expires(self.expire_window)
-        )
+        if now is None:
+            return sorted(self.workers)
+        window = self.expire_window  # Worker.expires, inlined: every hello asks, per worker
+        return sorted(h for h, w in self.workers.items() if now < w.last_seen + w.freq * window)
 
     def is_revoked(self, task_id: str) -> bool:
         return task_id in self.revoked
