@@ -203,6 +203,11 @@ def test_without_mingle() -> None:
     assert MingleDone((), all_alone=False, skipped=True) in out
     assert not [e for e in out if isinstance(e, Publish) and e.routing_key == wire.HELLO]
     assert not [e for e in out if isinstance(e, SetTimer) and e.key == "mingle"]
+    # no mingle to wait for: worker-online goes at once, at start and after a reconnect
+    assert [e.routing_key for e in out if isinstance(e, Publish)] == [wire.ONLINE]
+    core.bus_down(T0 + 1)
+    back = core.bus_up(T0 + 2)
+    assert [e.routing_key for e in back if isinstance(e, Publish)] == [wire.ONLINE]
     # it still answers others' hellos (Celery's hello is a control command)
     assert [e for e in core.receive(wire.HELLO, hello(), T0) if isinstance(e, Direct)]
 
