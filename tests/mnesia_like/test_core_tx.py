@@ -201,6 +201,10 @@ def test_in_doubt_participants_wait_for_the_coordinator(decided: bool) -> None:
         assert not h.cores[n].locks.tids()
     if decided:
         assert h.logged("resolved: committed")
+        # applied with the stamp of the decision, which the decision log kept
+        (decision,) = h.discs[C].tables["_decisions"].values()
+        for n in (A, B):
+            assert h.discs[n].tables["t"]["1"]["s"] == decision["r"]["st"]
     else:
         assert h.logged("its coordinator restarted")
 
