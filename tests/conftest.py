@@ -1,6 +1,36 @@
 """Fixtures shared by every test package: real servers (tests/services.py) and the `cluster`
-fixture of rabbitry.testing.plugin (real node processes behind fault proxies)."""
+fixture of rabbitry.testing.plugin (real node processes behind fault proxies).
+
+The suite runs on two pytest-xdist workers (`-n 2 --dist loadgroup` in pyproject.toml): most
+tests wait on timers and other processes, so two at once nearly halve the wall time on two
+cores. Each test file is one unit of work, kept on one worker, so its module fixtures are made
+once and its tests never race each other on the names they use on the shared brokers. Every
+test that runs Spark is one unit too: the Spark session is shared, and two JVMs at once would
+only fight for the cores. That unit is handed out first because it is the longest.
+"""
+
+from __future__ import annotations
+
+import pytest
 
 from tests.services import redis_servers  # noqa: F401 - a fixture, re-exported for pytest
 
 pytest_plugins = ["rabbitry.testing.plugin"]
+
+SPARK_GROUP = "spark"
+_SPARK_FILES = ("tests/spark/", "tests/rabbitry/test_demo_quick.py")
+
+
+def _group(item: pytest.Item) -> str:
+    path = item.nodeid.split("::", 1)[0]
+    if item.get_closest_marker("spark") is not None or path.startswith(_SPARK_FILES):
+        return SPARK_GROUP
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test its xdist group (see the module docstring), Spark's first in line."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=lambda item: _group(item) != SPARK_GROUP)  # stable: files keep their order

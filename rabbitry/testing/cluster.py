@@ -31,6 +31,7 @@ import http.client
 import itertools
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -60,7 +61,9 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
-COOKIE = b"rabbitry-testing-cluster-cookie"
+# Unique to this process: clusters of two test processes at once (pytest-xdist workers) reuse
+# node names, and a node must never join a cluster of the other process through a reused port.
+COOKIE = b"rabbitry-testing-cluster-cookie-" + secrets.token_hex(8).encode()
 FAULTPROXY_READY = r"^READY (?P<address>[^\s@]+:\d+)\s*$"
 DEFAULT_TREE = (
     "supervisor:\n  children:\n    - id: idle\n      start: 'rabbitry.examples_workers:Idle'\n"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -117,19 +118,38 @@ def netns_socket(ns: str, address: tuple[str, int], timeout: float) -> socket.so
     raise TimeoutError(f"connecting inside {ns} to {address} did not finish")
 
 
-_next = [os.getpid() % 200]
+# Spread apart by pid: test processes running at once (pytest-xdist workers, whose pids are
+# often consecutive) start far from each other's subnets rather than one step behind.
+_next = [os.getpid() * 97 % 200]
+
+
+def _subnets_in_use() -> set[int]:
+    """k of every 10.231.<k>.x address on a host interface (another process's bridge)."""
+    try:
+        shown = subprocess.run(
+            ["ip", "-o", "-4", "addr", "show"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {int(k) for k in re.findall(r"inet 10\.231\.(\d+)\.", shown)}
 
 
 def _free_subnet(tag: str) -> int:
-    """A subnet number (10.231.<k>.0/24, k in 20..219) whose bridge name is not taken:
-    successive nets of one process never reuse a name that is still being torn down."""
+    """A subnet number (10.231.<k>.0/24, k in 20..219) whose bridge name is not taken and
+    whose addresses no other bridge holds: successive nets of one process never reuse a name
+    that is still being torn down, and two processes never route the same subnet."""
     taken = set()
     if os.path.isdir("/sys/class/net"):
         taken = set(os.listdir("/sys/class/net"))
+    in_use = _subnets_in_use()
     for _ in range(200):
         _next[0] = (_next[0] + 1) % 200
         k = _next[0] + 20
-        if f"{tag}x{k}br"[:15] not in taken:
+        if f"{tag}x{k}br"[:15] not in taken and k not in in_use:
             return k
     raise NetnsError("netns: no free subnet of 10.231.20-219.0/24 (bridges left behind?)")
 
