@@ -85,6 +85,7 @@ log = logging.getLogger("mnesia_like")
 T = TypeVar("T")
 _REQ_IDS = itertools.count(1)  # next() on a count is atomic under the GIL
 MAINTENANCE = 1.0  # s: dumps of long logs, and fsync for fsync=<seconds>
+DEAD_STORE_CHECK = 0.2  # s: how often a waiting caller checks that the store still runs
 OUTBOX_MAX = 64  # messages gathered for other nodes before they go out though events wait
 _DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
 # Answers to a transaction's operations may pass a pending fsync: the caller acts on what they
@@ -628,10 +629,20 @@ class Schema:
         req = _Request(next(_REQ_IDS), op, args, fut)
         self._ref.tell(req)
         wait = self.timeout if _wait is None else _wait
-        try:
-            return fut.result(wait)
-        except FutureTimeout:
-            raise Timeout(f"{op}: no answer from the store within {wait} s") from None
+        deadline = time.monotonic() + wait
+        while True:
+            # In slices: a request that reached the inbox as the store stopped (a failed
+            # fsync ends it) is dropped unanswered, and its caller must not wait out `wait`.
+            left = deadline - time.monotonic()
+            try:
+                return fut.result(max(0.0, min(left, DEAD_STORE_CHECK)))
+            except FutureTimeout:
+                if left <= DEAD_STORE_CHECK:
+                    raise Timeout(f"{op}: no answer from the store within {wait} s") from None
+                if not self._ref.is_alive():
+                    with contextlib.suppress(FutureTimeout):  # answered as it stopped
+                        return fut.result(0)
+                    raise MnesiaError(f"{op}: the store stopped before answering") from None
 
     def _retrying(self, op: str, **args: Any) -> Any:
         """Schema operations lock the schema on every running node: retry on Restart."""

@@ -22,6 +22,7 @@ import pytest
 from mnesia_like import Mnesia, MnesiaError, Schema
 from mnesia_like.disc_log import TableLog
 from mnesia_like.effects import Reply
+from mnesia_like.errors import Timeout
 from monitors.effects import Send
 from tests.mnesia_like.test_shell import Cluster, three
 from tests.waiting import wait_until
@@ -194,6 +195,8 @@ def test_a_failed_group_fsync_answers_nobody_and_ends_the_store(
 
     run_threads(3, writer)
     assert len(outcomes) == 3 and "acknowledged" not in outcomes
+    # told at once that the store stopped, not left to wait out their timeout
+    assert not [o for o in outcomes if isinstance(o, Timeout)], outcomes
     wait_until(lambda: not ref.is_alive(), "the store ended")
     monkeypatch.undo()
     cluster.stores.pop(name)
