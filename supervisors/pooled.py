@@ -175,15 +175,25 @@ class PooledProcess(Process):
             inbox: PooledInbox = self.actor_inbox  # type: ignore[assignment]
             budget = self.throughput
             handle = self._sv_handle
+            # inbox.poll() inlined, and the bound methods looked up once per turn: the loop
+            # below runs once per message, and a Python call per message is what a Process's
+            # thread, blocked in one C get(), does not pay.
+            signals = inbox._signals
+            empty = inbox._messages.empty
+            get = inbox._messages.get_nowait
+            nobody_waits = pool._runq.empty
             while True:
                 for _ in range(budget):
-                    envelope = inbox.poll()
-                    if envelope is None:
+                    if signals:
+                        envelope = signals.popleft()
+                    elif empty():
                         break
+                    else:
+                        envelope = get()
                     if not handle(envelope):
                         return
                 else:
-                    if pool.others_waiting():
+                    if not nobody_waits():
                         pool.submit(self)  # to the tail, still holding the flag
                         return
                     slot.batch += 1  # a new batch for the blocked-handler watchdog
