@@ -8,6 +8,7 @@ Logger "supervisors.report". Each record carries the report as a dict in `record
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +56,22 @@ def report(event: str, supervisor: str, child: Any = None, **fields: Any) -> Non
             continue
         text = format_reason(value) if key == "reason" else str(value)
         parts.append(f"{key}={text}")
-    logger.log(level, "%s %s", event, " ".join(parts), extra={"report": data})
+    # What logger.log() does, without its findCaller(): that walks the stack, normalising a
+    # path per frame, to find the line below, which never moves (a third of the cost of a
+    # report when a supervisor starts or stops 100,000 children). The record is the same.
+    code = report.__code__
+    record = logger.makeRecord(
+        logger.name,
+        level,
+        code.co_filename,
+        sys._getframe().f_lineno,
+        "%s %s",
+        (event, " ".join(parts)),
+        None,
+        code.co_name,
+        {"report": data},
+    )
+    logger.handle(record)
 
 
 def add_listener(fn: Callable[[dict[str, Any]], None]) -> None:
