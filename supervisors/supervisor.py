@@ -329,13 +329,20 @@ class Supervisor(Process):
         children = [c for c in self._dynamic.values() if isinstance(c.ref, ActorRef)]
         self._dynamic.clear()
         shutdown = self._template.shutdown if self._template else 5.0
+        signal = KILL if shutdown == "brutal_kill" else SHUTDOWN
+        # unlink(ref) then exit(ref, signal), with the child looked up once instead of three
+        # times: this loop runs once per child, 100,000 times for 100,000 children.
+        me, my_urn, links, by_urn = self.actor_ref, self.actor_urn, self._sv_links, self._by_urn
         pending = []
         for child in children:
-            self._by_urn.pop(child.ref.actor_urn, None)
-            self.unlink(child.ref)
+            urn = child.ref.actor_urn
+            by_urn.pop(urn, None)
+            with self._sv_lock:
+                links.pop(urn, None)
             proc = _process_of(child.ref)
             if proc is not None:
-                exit(child.ref, KILL if shutdown == "brutal_kill" else SHUTDOWN)
+                proc._sv_remove_link(my_urn)
+                proc._sv_receive_exit(me, signal, via_link=False)
                 pending.append((child, proc))
         deadline = None if shutdown in ("infinity", "brutal_kill") else time.monotonic() + shutdown
         for child, proc in pending:
