@@ -21,11 +21,13 @@ Usage: python benchmarks/heal.py [--heals 20] [--nodes 3] [--hold 2] [--baseline
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import functools
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,8 +75,52 @@ def _link_times(
     return None
 
 
-def measure(heals: int, nodes: int, hold: float, network: str = "proxy") -> dict[str, Any]:
-    """Run the rounds against whatever `rabbitry` this interpreter imports."""
+def _usage(pids: dict[str, int]) -> dict[str, list[int]]:
+    """[open fds, threads] of each process now (from /proc; empty where unreadable): sampled
+    after every round, so a leak per heal shows as a count that keeps growing."""
+    out = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError):
+            out[name] = [len(os.listdir(f"/proc/{pid}/{what}")) for what in ("fd", "task")]
+    return out
+
+
+def _diagnose(c: Any, into: Path, why: str) -> None:
+    """What a heal that never recovered left behind, written to `into` before teardown: the
+    full failure (statuses, faults), each node's stderr, threads (py-spy, if installed), fd and
+    thread counts, and the fault proxy's proxies."""
+    into.mkdir(parents=True, exist_ok=True)
+    (into / "failure.txt").write_text(why + "\n")
+    for n in c.nodes:
+        proc = c.proc(n)
+        short = n.partition("@")[0]
+        (into / f"{short}.stderr").write_text("\n".join(proc.stderr()) + "\n")
+        pid = proc.popen.pid
+        facts = []
+        for what in ("fd", "task"):
+            with contextlib.suppress(OSError):
+                facts.append(f"{what}: {len(os.listdir(f'/proc/{pid}/{what}'))}")
+        if shutil.which("py-spy"):
+            dump = subprocess.run(
+                ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, check=False
+            )
+            facts.append(dump.stdout + dump.stderr)
+        with contextlib.suppress(OSError):
+            facts.append(
+                subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False).stdout
+            )
+        (into / f"{short}.state").write_text("\n".join(facts) + "\n")
+    with contextlib.suppress(Exception):
+        proxies = c.api.request("GET", "/proxies")
+        (into / "proxies.json").write_text(json.dumps(proxies, indent=1) + "\n")
+    print(f"diagnostics of the failed heal in {into}", file=sys.stderr)
+
+
+def measure(
+    heals: int, nodes: int, hold: float, network: str = "proxy", diag: Path | None = None
+) -> dict[str, Any]:
+    """Run the rounds against whatever `rabbitry` this interpreter imports; with `diag`, a
+    heal that never recovers leaves its diagnostics there (see _diagnose)."""
     from rabbitry.testing.cluster import ClusterFactory
 
     links: list[float] = []
@@ -83,12 +129,16 @@ def measure(heals: int, nodes: int, hold: float, network: str = "proxy") -> dict
     pauses: list[int] = []
     others_paused = 0
     failed: list[str] = []
+    usage: list[dict[str, list[int]]] = []
     with tempfile.TemporaryDirectory(prefix="rabbitry-heal-bench-") as tmp:
         factory = ClusterFactory(Path(tmp))
         try:
             extra = {"network": network} if network != "proxy" else {}
             c = factory(nodes, "pause_minority", net_ticktime=1.0, **extra)
             iso, rest = c.nodes[-1], c.nodes[:-1]
+            pids = {n.partition("@")[0]: c.proc(n).popen.pid for n in c.nodes}
+            if factory._server is not None:  # the fault proxy this run started
+                pids["faultproxy"] = factory._server.popen.pid
             for _ in range(heals):
                 c.partition([iso], rest)
                 c.wait_for(
@@ -107,9 +157,12 @@ def measure(heals: int, nodes: int, hold: float, network: str = "proxy") -> dict
                 try:
                     c.wait_for(whole, 60, "every application running after the heal")
                 except AssertionError as exc:  # a round that never recovers is a result too
-                    failed.append(str(exc).splitlines()[0])
+                    failed.append(f"round {len(apps) + 1}: {str(exc).splitlines()[0]}")
+                    if diag is not None:
+                        _diagnose(c, diag, str(exc))
                     break
                 apps.append(time.time() - t0)
+                usage.append(_usage(pids))
                 day = dt.date.today()
 
                 got = c.wait_for(
@@ -133,6 +186,7 @@ def measure(heals: int, nodes: int, hold: float, network: str = "proxy") -> dict
         "pauses": pauses,
         "others_paused": others_paused,
         "failed": failed,
+        "usage": usage,
     }
 
 
@@ -145,6 +199,8 @@ def _baseline_tree(rev: str, into: Path) -> Path:
 
 
 def _summary(name: str, r: dict[str, Any]) -> dict[str, float]:
+    if not r["apps"]:
+        r = {**r, "links": [float("nan")], "apps": [float("nan")]}
     s = {
         "links_p50": statistics.median(r["links"]),
         "links_p99": _pct(r["links"], 0.99),
@@ -152,6 +208,16 @@ def _summary(name: str, r: dict[str, Any]) -> dict[str, float]:
         "apps_p99": _pct(r["apps"], 0.99),
     }
     once = sum(1 for a, p in zip(r["resumes"], r["pauses"], strict=True) if a == 1 and p == 0)
+    if r.get("usage"):
+        first, last = r["usage"][0], r["usage"][-1]
+        spread = ", ".join(
+            f"{k} {first[k][0]}->{last[k][0]} fds, {first[k][1]}->{last[k][1]} threads"
+            f" (max {max(u[k][0] for u in r['usage'] if k in u)}/"
+            f"{max(u[k][1] for u in r['usage'] if k in u)})"
+            for k in first
+            if k in last
+        )
+        print(f"{name:>9}: after the first and the last heal: {spread}")
     for why in r.get("failed", []):
         print(f"{name:>9}: a heal did not recover: {why}")
     print(
@@ -177,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         help="netns: kernel DROP rules (root); the baseline tree has no netns mode, so the "
         "same-run baseline is then this tree in proxy mode",
     )
+    ap.add_argument(
+        "--diag",
+        type=Path,
+        default=None,
+        help="directory where a heal that never recovers leaves node logs, thread dumps "
+        "(py-spy) and fd counts",
+    )
     ap.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.measure_only:
@@ -186,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.heals} heals of one isolated node of {args.nodes}, pause_minority, "
         f"net_ticktime 1 s, cut held {args.hold:g} s after it settled"
     )
-    current = measure(args.heals, args.nodes, args.hold, args.network)
+    current = measure(args.heals, args.nodes, args.hold, args.network, args.diag)
     now = _summary(f"this tree ({args.network})", current)
     if args.network == "netns":
         base = _summary("this tree (proxy)", measure(args.heals, args.nodes, args.hold))
