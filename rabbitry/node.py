@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pykka import ActorDeadError, Timeout
+
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
 from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
@@ -113,7 +115,12 @@ class NodeStats(Process):
 
     def on_start(self) -> None:
         self._config.data_dir.mkdir(parents=True, exist_ok=True)
-        self._tick()
+        self._check_alarms()  # raised before the node says READY
+        # The first full tick runs from the mailbox, not here: the weight asks the root
+        # supervisor, which is busy starting this very child, so asking it from on_start
+        # blocks until the call times out. A restart (rest_for_one, after a crash) then fails
+        # for ever, and every child after this one (the control API) stays down.
+        self.actor_ref.tell("tick")
 
     def on_receive(self, message: Any) -> Any:
         if message == "tick":
@@ -122,6 +129,17 @@ class NodeStats(Process):
         return super().on_receive(message)
 
     def _tick(self) -> None:
+        self._check_alarms()
+        try:
+            self._monitor.set_weight(self._weight())
+        except (ActorDeadError, Timeout) as exc:
+            # The tree is changing under us (a pause stopping the application, a restart):
+            # keep the last weight and try again next tick instead of crashing, which would
+            # restart, under rest_for_one, the control API and everything after it.
+            log.info("node stats: the autoheal weight is not available now (%s); next tick", exc)
+        self.send_after(STATS_INTERVAL, "tick")
+
+    def _check_alarms(self) -> None:
         thresholds = self._config.alarms
         active = evaluate(
             sample(self._config.data_dir),
@@ -132,8 +150,6 @@ class NodeStats(Process):
             if (resource in active) != (resource in self._active):
                 self._monitor.set_alarm(resource, resource in active)
         self._active = active
-        self._monitor.set_weight(self._weight())
-        self.send_after(STATS_INTERVAL, "tick")
 
 
 class Node:
@@ -577,7 +593,10 @@ class Node:
             return 0
         for child in self.root.proxy().which_children().get(timeout=5):
             if child.id == "app" and child.ref is not None and child.ref != "restarting":
-                return child.ref.proxy().count_children().get(timeout=5)["active"]
+                try:
+                    return child.ref.proxy().count_children().get(timeout=5)["active"]
+                except ActorDeadError:  # a pause stopped it between the two calls
+                    return 0
         return 0
 
     # ------------------------------------------------------------------ membership
