@@ -16,6 +16,7 @@ The same rounds run twice in one invocation: against this tree, and against a ba
 baseline, and the ratios are printed. Node log times have millisecond resolution.
 
 Usage: python benchmarks/heal.py [--heals 20] [--nodes 3] [--hold 2] [--baseline REV]
+       [--diag DIR]   (--baseline '': no baseline run; --diag: what a failed heal left)
 """
 
 from __future__ import annotations
