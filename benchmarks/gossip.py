@@ -16,6 +16,9 @@
    the winner (median), and with every node asking the same id at once (one winner, checked).
    Goal: <= 50 ms. Baseline for the storm: the protocol before issue 20.3 (acks broadcast,
    every decider broadcasting its result), patched in and run alternately in the same run.
+   `--parts election-procs` runs the storm with one node per process, as deployed (every
+   node asks at the same wall-clock instant; the figure is until the last has the winner),
+   with the previous protocol alternated in the same processes.
 3. steady state at the default heartbeat interval (2 s): broker messages published and
    received per node per second with 3 and 10 nodes (both groups run at once, on separate
    exchanges), counted by a probe subscriber and by `bus.stats()`. Reference: Celery's Heart
@@ -27,7 +30,8 @@ All nodes run in this process (one GIL for all: with 50 nodes the figures includ
 in processes of their own, as deployed, next to the one-process figure of the same run.
 Logs go to a temp file (printed).
 
-Usage: python benchmarks/gossip.py [--quick] [--parts mingle,mingle-procs,celery,election,load]
+Usage: python benchmarks/gossip.py [--quick]
+           [--parts mingle,mingle-procs,celery,election,election-procs,load]
            [--redis URL] [--amqp URL] [--peers 2,10,50] [--backends redis,amqp]
 """
 
@@ -446,6 +450,78 @@ def everyone_asks(refs: list[Any], eid: str) -> float:
     return elapsed
 
 
+# A node of the storm in a process of its own (election-procs). After READY it reads lines
+# "eid at legacy": at wall-clock time `at` it asks election `eid` (with the previous protocol
+# patched in when legacy is 1) and prints "DONE eid winner seconds-after-at".
+STORM_PROCESS = """
+import sys, time
+sys.path.insert(0, sys.argv[5])
+import gossip as bench
+from monitors.gossip import Gossip, elect, wait_mingled
+url, exchange, name, beat = sys.argv[1:5]
+ref = Gossip.start(url, name, exchange=exchange, heartbeat_interval=float(beat))
+if not wait_mingled(ref, 30):
+    sys.exit("did not mingle")
+print("READY", flush=True)
+for line in sys.stdin:
+    eid, at, legacy = line.split()
+    patch = bench.broadcast_acks() if legacy == "1" else bench.contextlib.nullcontext()
+    with patch:
+        time.sleep(max(0.0, float(at) - time.time()))
+        winner = elect(ref, eid, "bench", None, timeout=10)
+        print("DONE", eid, winner, time.time() - float(at), flush=True)
+ref.stop()
+"""
+
+
+def bench_election_processes(url: str, n: int, storms: int) -> tuple[float, float]:
+    """Every node asks the same id at once, each node in a process of its own (as deployed:
+    no GIL shared between nodes); (median ms until the last node has the one winner, the same
+    with the previous protocol in the same processes, alternated)."""
+    exchange = f"bench-{uuid.uuid4().hex[:8]}"
+    here = str(Path(__file__).resolve().parent)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i in range(n):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", STORM_PROCESS, url, exchange, f"s{i}@bench", "1.0", here],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                )
+            )  # fmt: skip
+        for proc in procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "READY":
+                raise RuntimeError("a storm process did not start")
+        time.sleep(2.5)  # every node alive in every view (heartbeats every 1 s)
+        ours: list[float] = []
+        legacy: list[float] = []
+        for k in range(storms):
+            for flag, into in (("0", ours), ("1", legacy)):
+                eid, at = f"procs-{flag}-{k}", time.time() + 0.3
+                for proc in procs:
+                    assert proc.stdin is not None
+                    proc.stdin.write(f"{eid} {at!r} {flag}\n")
+                    proc.stdin.flush()
+                done = [proc.stdout.readline().split() for proc in procs if proc.stdout]
+                winners = {d[2] for d in done if len(d) == 4 and d[1] == eid}
+                if len(done) != n or len(winners) != 1:
+                    raise RuntimeError(f"storm {eid}: answers {done}")
+                into.append(max(float(d[3]) for d in done))
+        return median_ms(ours), median_ms(legacy)
+    finally:
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                assert proc.stdin is not None
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
 # ------------------------------------------------------------------------------ 3. load
 
 
@@ -618,6 +694,28 @@ def run_election(args: argparse.Namespace, summary: Summary) -> None:
         )
 
 
+def run_election_processes(args: argparse.Namespace, summary: Summary) -> None:
+    problem = reachable(args.redis)
+    if problem:
+        print(f"elections in processes: skipped ({problem})")
+        return
+    for n in (3, 10):
+        everyone, legacy = bench_election_processes(args.redis, n, max(3, args.samples // 3))
+        print(
+            f"election on redis, {n} nodes in {n} processes: all ask at once {everyone:.1f} ms "
+            f"(previous protocol, same processes, alternated: {legacy:.1f} ms)  [median]"
+        )
+        print(
+            f"  ratio all/goal = {everyone / GOAL_MS:.2f} (goal <= {GOAL_MS:.0f} ms), "
+            f"all/previous = {everyone / legacy:.2f}"
+        )
+        summary.add(
+            f"election redis {n} procs, all ask",
+            f"{everyone:.1f} ms",
+            f"one winner; previous protocol {legacy:.1f} ms (x{everyone / legacy:.2f})",
+        )
+
+
 def run_load(args: argparse.Namespace, summary: Summary) -> None:
     problem = reachable(args.redis)
     if problem:
@@ -648,7 +746,7 @@ def run_load(args: argparse.Namespace, summary: Summary) -> None:
         )
 
 
-PARTS = ("mingle", "mingle-procs", "celery", "election", "load")
+PARTS = ("mingle", "mingle-procs", "celery", "election", "election-procs", "load")
 
 
 def main() -> int:
@@ -658,7 +756,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     parser.add_argument(
         "--parts",
-        default=",".join(p for p in PARTS if p != "mingle-procs"),  # 49 processes: opt-in
+        default=",".join(p for p in PARTS if not p.endswith("-procs")),  # many processes: opt-in
         help=f"comma-separated, of {', '.join(PARTS)}",
     )
     parser.add_argument("--redis", default=REDIS_URL)
@@ -689,6 +787,8 @@ def main() -> int:
         run_mingle_processes(args, summary, celery_s, label)
     if "election" in parts:
         run_election(args, summary)
+    if "election-procs" in parts:
+        run_election_processes(args, summary)
     if "load" in parts:
         run_load(args, summary)
     summary.print()
