@@ -21,9 +21,10 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rabbitry.demo.data import generate_messages
 from rabbitry.demo.logs import DemoLog
@@ -39,6 +40,8 @@ from rabbitry.demo.timeline import (
 )
 from rabbitry.demo.view import DemoState, DemoView, NodeStatus
 from rabbitry.spark.startup import SparkStartError, explain
+
+T = TypeVar("T")
 
 REPORT_FILE = "demo-report.json"
 PLOT_FILE = "demo-timeline.png"
@@ -179,9 +182,13 @@ def run_demo(options: DemoOptions, view: DemoView | None = None) -> dict[str, An
         with DemoLog(log_file, run.note) as demo_log:
             try:
                 with view:
-                    data = _prepare(run, options, work)
-                    output, summary = _execute(run, options, data, work)
-                    report = _check(run, data, output, summary, out_dir)
+
+                    def body() -> dict[str, Any]:
+                        data = _prepare(run, options, work)
+                        output, summary = _execute(run, options, data, work)
+                        return _check(run, data, output, summary, out_dir)
+
+                    report = _interruptible(body)
             except SparkStartError as exc:
                 raise DemoFailed(f"{exc}; the full log: {log_file}") from None
             except KeyboardInterrupt:
@@ -212,6 +219,33 @@ def run_demo(options: DemoOptions, view: DemoView | None = None) -> dict[str, An
 
 class DemoFailed(RuntimeError):
     """The demo could not run to its check; the message says what, and where the log is."""
+
+
+def _interruptible(body: Callable[[], T]) -> T:
+    """Run `body` on a thread of its own while this thread waits in 0.1 s steps.
+
+    Ctrl-C is a signal to the process: the kernel may hand it to any of its threads, and
+    Python runs the handler only when the main thread next runs Python code. A main thread
+    inside a JVM call (py4j reads its socket with no timeout) did not see it until the Spark
+    job ended, 40 s later in one run, and the demo ran on through its faults. Waiting here, it
+    sees it within 0.1 s, and the body's SparkContext, made off the main thread, leaves
+    Python's own SIGINT handler in place (PySpark's would call the JVM before raising).
+    """
+    outcome: dict[str, Any] = {}
+
+    def run_body() -> None:
+        try:
+            outcome["value"] = body()
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run_body, name="demo-body", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _prepare(run: _Run, options: DemoOptions, work: Path) -> Any:
