@@ -85,6 +85,7 @@ log = logging.getLogger("mnesia_like")
 T = TypeVar("T")
 _REQ_IDS = itertools.count(1)  # next() on a count is atomic under the GIL
 MAINTENANCE = 1.0  # s: dumps of long logs, and fsync for fsync=<seconds>
+_JITTER = random.Random()  # not the shared generator, which tests (hypothesis) seed and watch
 DEAD_STORE_CHECK = 0.2  # s: how often a waiting caller checks that the store still runs
 OUTBOX_MAX = 64  # messages gathered for other nodes before they go out though events wait
 _DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
@@ -776,4 +777,4 @@ class Schema:
 
 def _backoff(attempt: int) -> None:
     # a little random so that two restarting transactions do not meet again in lockstep
-    time.sleep(random.uniform(0.0, min(0.002 * 2**attempt, 0.2)))
+    time.sleep(_JITTER.uniform(0.0, min(0.002 * 2**attempt, 0.2)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -20,6 +21,14 @@ from monitors.bus.topic import validate_routing_key
 
 VERSION = 1
 MAX_FRAME = 1024 * 1024  # 1 MiB, the default frame limit
+
+
+# The ids' own generator, not the random module's shared one: code that seeds or watches the
+# shared one (hypothesis does, while it draws) must not see the bus's threads move it. Seeded
+# from the OS now, and again in a forked child (as the module's own is), so that two
+# processes never share a sequence.
+_IDS = random.Random()
+os.register_at_fork(after_in_child=_IDS.seed)
 
 
 class BadFrame(ValueError):
@@ -49,11 +58,11 @@ class BusMessage:
 def new_id() -> str:
     """A random 128-bit message id in hex: unique enough to deduplicate redeliveries.
 
-    From `random` (seeded from the OS at start and again in every forked child), not uuid4:
+    From a `random.Random` (seeded from the OS at start and again in every forked child), not uuid4:
     uuid4 reads os.urandom, a system call that lets go of the GIL, and with many nodes in one
     process every let-go is a wait in line for it again (3 ms a message at 50 nodes). The id
     needs to be unique, not unguessable: whoever can publish on the bus can name any id."""
-    return f"{random.getrandbits(128):032x}"
+    return f"{_IDS.getrandbits(128):032x}"
 
 
 def encode(
