@@ -237,24 +237,43 @@ ref.stop()
 """
 
 
-def bench_mingle_processes(url: str, n_peers: int, repeats: int) -> MingleFigures:
-    """bench_mingle with n_peers - 1 peers in processes of their own, plus one in this process
-    (it watches the joiner leave between joins)."""
-    exchange = f"bench-{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def node_processes(script: str, argvs: list[list[str]]) -> Iterator[list[subprocess.Popen[str]]]:
+    """One `python -c script *argv` per argv, each past its READY line; on exit their stdin is
+    closed (their cue to stop) and each is waited for, killed after 10 s."""
     procs: list[subprocess.Popen[str]] = []
     try:
-        for i in range(n_peers - 1):
+        for argv in argvs:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", PEER_PROCESS, url, exchange, f"q{i}@bench",
-                     str(PEER_HEARTBEAT)],
+                    [sys.executable, "-c", script, *argv],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                 )
             )  # fmt: skip
         for proc in procs:
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != "READY":
-                raise RuntimeError("a peer process did not start")
+                raise RuntimeError(f"a node process did not start: {proc.args[3:]}")
+        yield procs
+    finally:
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                assert proc.stdin is not None
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def bench_mingle_processes(url: str, n_peers: int, repeats: int) -> MingleFigures:
+    """bench_mingle with n_peers - 1 peers in processes of their own, plus one in this process
+    (it watches the joiner leave between joins)."""
+    exchange = f"bench-{uuid.uuid4().hex[:8]}"
+    argvs = [[url, exchange, f"q{i}@bench", str(PEER_HEARTBEAT)] for i in range(n_peers - 1)]
+    with node_processes(PEER_PROCESS, argvs):
         watcher = Gossip.start(
             url, "watcher@bench", exchange=exchange, heartbeat_interval=PEER_HEARTBEAT
         )
@@ -276,17 +295,6 @@ def bench_mingle_processes(url: str, n_peers: int, repeats: int) -> MingleFigure
         finally:
             watcher.stop()
         return MingleFigures(median_ms(starts), median_ms(mingles), incomplete)
-    finally:
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                assert proc.stdin is not None
-                proc.stdin.close()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
 
 # ------------------------------------------------------------------------------ Celery baseline
@@ -480,19 +488,8 @@ def bench_election_processes(url: str, n: int, storms: int) -> tuple[float, floa
     with the previous protocol in the same processes, alternated)."""
     exchange = f"bench-{uuid.uuid4().hex[:8]}"
     here = str(Path(__file__).resolve().parent)
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        for i in range(n):
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", STORM_PROCESS, url, exchange, f"s{i}@bench", "1.0", here],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                )
-            )  # fmt: skip
-        for proc in procs:
-            assert proc.stdout is not None
-            if proc.stdout.readline().strip() != "READY":
-                raise RuntimeError("a storm process did not start")
+    argvs = [[url, exchange, f"s{i}@bench", "1.0", here] for i in range(n)]
+    with node_processes(STORM_PROCESS, argvs) as procs:
         time.sleep(2.5)  # every node alive in every view (heartbeats every 1 s)
         ours: list[float] = []
         legacy: list[float] = []
@@ -509,17 +506,6 @@ def bench_election_processes(url: str, n: int, storms: int) -> tuple[float, floa
                     raise RuntimeError(f"storm {eid}: answers {done}")
                 into.append(max(float(d[3]) for d in done))
         return median_ms(ours), median_ms(legacy)
-    finally:
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                assert proc.stdin is not None
-                proc.stdin.close()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
 
 # ------------------------------------------------------------------------------ 3. load
