@@ -237,6 +237,16 @@ ref.stop()
 """
 
 
+def wait_or_kill(procs: list[subprocess.Popen[str]]) -> None:
+    """Wait up to 10 s for each process to end (told to already), then kill it."""
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 @contextlib.contextmanager
 def node_processes(script: str, argvs: list[list[str]]) -> Iterator[list[subprocess.Popen[str]]]:
     """One `python -c script *argv` per argv, each past its READY line; on exit their stdin is
@@ -260,12 +270,7 @@ def node_processes(script: str, argvs: list[list[str]]) -> Iterator[list[subproc
             with contextlib.suppress(Exception):
                 assert proc.stdin is not None
                 proc.stdin.close()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        wait_or_kill(procs)
 
 
 def bench_mingle_processes(url: str, n_peers: int, repeats: int) -> MingleFigures:
@@ -372,12 +377,7 @@ def bench_celery(broker: str, repeats: int) -> tuple[float | None, str]:
         for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        wait_or_kill(procs)
 
 
 # ------------------------------------------------------------------------------ 2. elections
