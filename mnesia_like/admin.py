@@ -13,12 +13,11 @@ from typing import Any
 from mnesia_like import records as rec
 from mnesia_like import schema as sch
 from mnesia_like.coordinator import Coordinator
-from mnesia_like.effects import Reply
+from mnesia_like.effects import MnesiaEffect, Reply
 from mnesia_like.errors import BadArgument, NodeNotRunning, NoSuchTable, TableExists, UnknownNode
 from mnesia_like.healing import Healer
 from mnesia_like.loading import Loader
 from mnesia_like.state import NodeState, encode
-from monitors.effects import Effect
 
 SYSTEM_INFO_KEYS = (
     "db_nodes",
@@ -73,7 +72,7 @@ class Admin:
             "tables": tables,
         }
 
-    def system_info(self, req: int, key: str = "all") -> list[Effect]:
+    def system_info(self, req: int, key: str = "all") -> list[MnesiaEffect]:
         info = {
             "db_nodes": sorted(self.s.db_nodes),
             "extra_db_nodes": sorted(self.s.extra_db_nodes),
@@ -102,7 +101,7 @@ class Admin:
         key: Any = None,
         ram_copies: Any = None,
         disc_copies: Any = None,
-    ) -> list[Effect]:
+    ) -> list[MnesiaEffect]:
         if ram_copies is None and disc_copies is None:
             ram_copies = [self.s.node]
         attrs, key_attr, ram, disc = rec.check_table_def(
@@ -122,14 +121,14 @@ class Admin:
             if n not in self.s.running_all():
                 raise NodeNotRunning(n, what)
 
-    def delete_table(self, req: int, name: Any) -> list[Effect]:
+    def delete_table(self, req: int, name: Any) -> list[MnesiaEffect]:
         if name not in self.s.tables:
             raise NoSuchTable(str(name), self.s.node)
         return self.coordinator.schema_op(req, name, None, reply=None)
 
     def add_table_copy(
         self, req: int, table: Any, node: Any, type: str = "ram_copies"
-    ) -> list[Effect]:
+    ) -> list[MnesiaEffect]:
         d = self.s.tables.get(table) if isinstance(table, str) else None
         if d is None:
             raise NoSuchTable(str(table), self.s.node)
@@ -147,7 +146,7 @@ class Admin:
         new["version"] += 1
         return self.coordinator.schema_op(req, table, new, reply=None)
 
-    def del_table_copy(self, req: int, table: Any, node: Any) -> list[Effect]:
+    def del_table_copy(self, req: int, table: Any, node: Any) -> list[MnesiaEffect]:
         d = self.s.tables.get(table) if isinstance(table, str) else None
         if d is None:
             raise NoSuchTable(str(table), self.s.node)
@@ -163,7 +162,7 @@ class Admin:
         new["version"] += 1
         return self.coordinator.schema_op(req, table, new, reply=None)
 
-    def table_info(self, req: int, table: Any, key: str | None = None) -> list[Effect]:
+    def table_info(self, req: int, table: Any, key: str | None = None) -> list[MnesiaEffect]:
         d = self.s.tables.get(table) if isinstance(table, str) else None
         if d is None:
             raise NoSuchTable(str(table), self.s.node)
@@ -185,10 +184,10 @@ class Admin:
             raise BadArgument(f"table_info: unknown key {key!r}; known: {sorted(info)}")
         return [Reply(req, info[key])]
 
-    def reload_from(self, req: int, node: Any) -> list[Effect]:
+    def reload_from(self, req: int, node: Any) -> list[MnesiaEffect]:
         if not isinstance(node, str) or node not in self.s.db_nodes or node == self.s.node:
             raise BadArgument(f"reload_from: {node!r} is not another db node")
         return [*self.healer.reload(node, "requested"), Reply(req, None)]
 
-    def status_request(self, req: int) -> list[Effect]:
+    def status_request(self, req: int) -> list[MnesiaEffect]:
         return [Reply(req, self.status())]

@@ -14,11 +14,10 @@ from collections import deque
 from typing import Any
 
 from mnesia_like import records as rec
-from mnesia_like.effects import DiscCommit, Reply
+from mnesia_like.effects import DiscCommit, MnesiaEffect, Reply
 from mnesia_like.errors import BadArgument, MnesiaError, NoSuchTable, Restart, TablesNotLoaded
 from mnesia_like.state import NodeState
 from mnesia_like.tx import DECISIONS, MAX_DECISIONS, SCHEMA, Bounded, CoordTx, Op, stamp_ok
-from monitors.effects import Effect
 
 
 class Coordinator:
@@ -50,7 +49,9 @@ class Coordinator:
 
     # ---- the API
 
-    def begin(self, req: int, age: Any = None, tid: Any = None, prev: Any = None) -> list[Effect]:
+    def begin(
+        self, req: int, age: Any = None, tid: Any = None, prev: Any = None
+    ) -> list[MnesiaEffect]:
         """A new transaction: its tid and age (kept across restarts: wait-die's fairness).
 
         The caller may choose the `tid` (a globally unique string, e.g. a uuid), so that it
@@ -73,7 +74,7 @@ class Coordinator:
         self.txs[tid] = CoordTx(tid, list(age))
         return [Reply(req, {"tid": tid, "age": list(age)})]
 
-    def _get(self, req: int, tid: Any) -> tuple[CoordTx | None, list[Effect]]:
+    def _get(self, req: int, tid: Any) -> tuple[CoordTx | None, list[MnesiaEffect]]:
         tx = self.txs.get(tid) if isinstance(tid, str) else None
         if tx is None:
             why = self._doomed.get(tid, "unknown transaction (restarted or already ended)")
@@ -93,7 +94,7 @@ class Coordinator:
         record: Any = None,
         arg: Any = None,
         lock: Any = "read",
-    ) -> list[Effect]:
+    ) -> list[MnesiaEffect]:
         tx, out = self._get(req, tid)
         if tx is None:
             return out
@@ -114,7 +115,7 @@ class Coordinator:
                 arg = rec.check_select(table, d["attributes"], arg)
         except MnesiaError as exc:
             return [Reply(req, error=exc)]
-        if kind == "read" and (table, kj) in tx.writes:
+        if kind == "read" and kj is not None and (table, kj) in tx.writes:
             return [Reply(req, tx.writes[(table, kj)])]  # our write lock covers the read
         targets = self.s.write_view(table)
         if kind in ("write", "delete") and targets:
@@ -180,10 +181,12 @@ class Coordinator:
             )
         return out
 
-    def schema_op(self, req: int, name: str, new_def: Any, reply: Any) -> list[Effect]:
+    def schema_op(self, req: int, name: str, new_def: Any, reply: Any) -> list[MnesiaEffect]:
         """A schema operation as a one-operation transaction on every running db node."""
         effects = self.begin(req=-1)
-        tid = effects[0].value["tid"]
+        first = effects[0]
+        assert isinstance(first, Reply)  # begin's only effect is its answer
+        tid = first.value["tid"]
         tx = self.txs[tid]
         targets = self.s.running_all()
         tx.seq += 1
@@ -192,7 +195,7 @@ class Coordinator:
         tx.lock_nodes |= targets
         tx.write_nodes[SCHEMA] = set(targets)
         tx.schema_reply = reply
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for n in sorted(targets):
             out.append(
                 self.s.send(
@@ -209,13 +212,13 @@ class Coordinator:
             )
         return out
 
-    def commit(self, req: int, tid: Any) -> list[Effect]:
+    def commit(self, req: int, tid: Any) -> list[MnesiaEffect]:
         tx, out = self._get(req, tid)
         if tx is None:
             return out
         return self._prepare(tx, req)
 
-    def abort(self, req: int, tid: Any) -> list[Effect]:
+    def abort(self, req: int, tid: Any) -> list[MnesiaEffect]:
         tx = self.txs.get(tid) if isinstance(tid, str) else None
         if tx is None:
             return [Reply(req, None)]
@@ -223,17 +226,17 @@ class Coordinator:
 
     # ---- the protocol
 
-    def _fail(self, tx: CoordTx, req: int | None, error: Exception) -> list[Effect]:
+    def _fail(self, tx: CoordTx, req: int | None, error: Exception) -> list[MnesiaEffect]:
         out = self.end_tx(tx, None)
         if req is not None and req >= 0:
             out.append(Reply(req, error=error))
         return out
 
-    def end_tx(self, tx: CoordTx, restart: str | None) -> list[Effect]:
+    def end_tx(self, tx: CoordTx, restart: str | None) -> list[MnesiaEffect]:
         """Forget `tx` here and release (or abort) it on every node it touched. With a
         `restart` reason, the pending request (if any) gets Restart."""
         self.txs.pop(tx.tid, None)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         kind = "abort" if tx.phase == "preparing" else "release"
         if tx.phase == "preparing":
             self.outcomes.put(tx.tid, "aborted")
@@ -247,13 +250,15 @@ class Coordinator:
                 out.append(Reply(req, error=Restart(restart)))
         return out
 
-    def _prepare(self, tx: CoordTx, req: int | None) -> list[Effect]:
+    def _prepare(self, tx: CoordTx, req: int | None) -> list[MnesiaEffect]:
         if not tx.writes:
             self.txs.pop(tx.tid, None)
-            out = [self.s.send(n, "release", tid=tx.tid) for n in sorted(tx.nodes)]
+            released: list[MnesiaEffect] = [
+                self.s.send(n, "release", tid=tx.tid) for n in sorted(tx.nodes)
+            ]
             if req is not None and req >= 0:
-                out.append(Reply(req, {"stamp": None}))
-            return out
+                released.append(Reply(req, {"stamp": None}))
+            return released
         # A provisional stamp: the entries need one to be checked; the commit carries the
         # final one, given at the decision.
         self.s.clock += 1
@@ -272,7 +277,7 @@ class Coordinator:
         parts = {t: sorted(ns) for t, ns in tx.write_nodes.items()}
         tx.phase = "preparing"
         tx.pending = set(ops)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for n in sorted(tx.nodes - set(ops)):
             out.append(self.s.send(n, "release", tid=tx.tid))
         tx.nodes = set(ops)
@@ -284,7 +289,7 @@ class Coordinator:
             out.append(self.s.send(n, "prepare", tid=tx.tid, ops=ops[n], parts=parts, **extra))
         return out
 
-    def on_lock_r(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_lock_r(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tx = self.txs.get(m["tid"])
         if tx is None or tx.op is None or m["seq"] != tx.seq or sender not in tx.op.awaiting:
             if m["ans"] == "granted" and tx is None:
@@ -302,7 +307,7 @@ class Coordinator:
             return []
         return self._op_done(tx, op)
 
-    def _op_done(self, tx: CoordTx, op: Op) -> list[Effect]:
+    def _op_done(self, tx: CoordTx, op: Op) -> list[MnesiaEffect]:
         tx.op = None
         if op.mode == "write" and op.kind != "schema":
             tx.wlocked[(op.table, op.key or "")] = op.targets
@@ -339,7 +344,7 @@ class Coordinator:
             result = rec.select(rows, op.arg)
         return [Reply(op.req or 0, result)]
 
-    def on_vote(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_vote(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tx = self.txs.get(m["tid"])
         if tx is None or tx.phase != "preparing" or sender not in tx.pending:
             return []
@@ -368,14 +373,14 @@ class Coordinator:
         self.outcomes.put(tx.tid, "committed")
         self.s.stamps.put(tx.tid, tx.stamp)
         tx.pending = set(tx.nodes)
-        out: list[Effect] = (
+        out: list[MnesiaEffect] = (
             [] if tx.nodes == {self.s.node} else [self._log_decision(tx.tid, tx.stamp)]
         )
         return out + [
             self.s.send(n, "commit", tid=tx.tid, stamp=tx.stamp) for n in sorted(tx.nodes)
         ]
 
-    def _log_decision(self, tid: str, stamp: list[Any]) -> Effect:
+    def _log_decision(self, tid: str, stamp: list[Any]) -> MnesiaEffect:
         ops: list[tuple[str, Any, Any]] = [
             ("put", tid, {"r": {"d": "committed", "st": stamp}, "s": [self.s.clock, ""]})
         ]
@@ -384,14 +389,14 @@ class Coordinator:
             ops.append(("del", self._decisions.popleft(), None))
         return DiscCommit(DECISIONS, self.s.next_disc_tid(DECISIONS), tuple(ops))
 
-    def on_ack(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_ack(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tx = self.txs.get(m["tid"])
         if tx is None or tx.phase != "committing":
             return []
         tx.pending.discard(sender)
         return self._maybe_committed(tx)
 
-    def _maybe_committed(self, tx: CoordTx) -> list[Effect]:
+    def _maybe_committed(self, tx: CoordTx) -> list[MnesiaEffect]:
         if tx.pending:
             return []
         self.txs.pop(tx.tid, None)
@@ -401,9 +406,9 @@ class Coordinator:
             return [Reply(tx.req, tx.schema_reply)]
         return [Reply(tx.req, {"stamp": tx.stamp})]
 
-    def participant_down(self, node: str) -> list[Effect]:
+    def participant_down(self, node: str) -> list[MnesiaEffect]:
         """`node` is gone: a transaction it took part in restarts, unless decided."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for tx in list(self.txs.values()):
             if tx.phase == "committing":
                 if node in tx.pending:
@@ -414,9 +419,9 @@ class Coordinator:
                 out += self.end_tx(tx, f"participant {node} went down")
         return out
 
-    def drop_all(self) -> list[Effect]:
+    def drop_all(self) -> list[MnesiaEffect]:
         """Forget every transaction coordinated here (this node reloads its tables: autoheal)."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for tx in list(self.txs.values()):
             if tx.phase == "committing":
                 # decided: the participants commit it; we only stop waiting for their acks

@@ -39,7 +39,7 @@ from typing import Any
 from mnesia_like.admin import SYSTEM_INFO_KEYS, Admin
 from mnesia_like.coordinator import Coordinator
 from mnesia_like.dirty import DirtyOps
-from mnesia_like.effects import Reply
+from mnesia_like.effects import MnesiaEffect, Reply
 from mnesia_like.errors import BadArgument, MnesiaError
 from mnesia_like.healing import Healer, winner_side
 from mnesia_like.loading import Loader
@@ -53,13 +53,13 @@ from mnesia_like.termination import Termination
 from mnesia_like.tx import Bounded
 from mnesia_like.waiters import Waiters
 from mnesia_like.writes import Writes
-from monitors.effects import Connect, Effect, Log, SetTimer
+from monitors.effects import Connect, Log, SetTimer
 
 __all__ = ["MERGE_MODES", "SYSTEM_INFO_KEYS", "MnesiaCore", "winner_side"]
 
 MERGE_MODES = ("none", "autoheal", "lww")
 
-Handler = Callable[[str, dict[str, Any], float], list[Effect]]
+Handler = Callable[[str, dict[str, Any], float], list[MnesiaEffect]]
 
 # Messages only a running peer (mnesia-connected) may send; others are dropped. Requests
 # (lock, prepare, copy_req, rread) get a negative answer instead, and transaction answers and
@@ -168,7 +168,7 @@ class MnesiaCore:
         )
         self.admin = Admin(s, self.loader, self.coordinator, self.healer, merge=merge)
         self._handlers: dict[str, Handler] = self._message_handlers()
-        self._requests: dict[str, Callable[..., list[Effect]]] = self._request_handlers()
+        self._requests: dict[str, Callable[..., list[MnesiaEffect]]] = self._request_handlers()
 
     # ---- the shared picture, for the shell, the tests and the simulator
 
@@ -210,12 +210,12 @@ class MnesiaCore:
 
     # ---- events
 
-    def start(self, now: float) -> list[Effect]:
+    def start(self, now: float) -> list[MnesiaEffect]:
         """Boot: connect to the schema's nodes and extra_db_nodes, then load tables."""
         s = self.state
         s.now = now
         self._started = True
-        out: list[Effect] = [
+        out: list[MnesiaEffect] = [
             Log.info(
                 "mnesia starting",
                 db_nodes=sorted(s.db_nodes),
@@ -234,18 +234,18 @@ class MnesiaCore:
             out.append(SetTimer("startup", self.startup_timeout))
         return out
 
-    def nodeup(self, node: str, creation: Any, now: float) -> list[Effect]:
+    def nodeup(self, node: str, creation: Any, now: float) -> list[MnesiaEffect]:
         self.state.now = now
         return self.membership.nodeup(node)
 
-    def nodedown(self, node: str, reason: Any, now: float) -> list[Effect]:
+    def nodedown(self, node: str, reason: Any, now: float) -> list[MnesiaEffect]:
         self.state.now = now
         self.membership.nodedown(node)
         out = self.membership.peer_gone(node, f"nodedown ({reason})")
         out += self._tx_nodedown(node)
         return out + self.state.persist() + self.membership.arm_ping()
 
-    def receive(self, sender: str, msg: Any, now: float) -> list[Effect]:
+    def receive(self, sender: str, msg: Any, now: float) -> list[MnesiaEffect]:
         s = self.state
         s.now = now
         bad = problem(msg)
@@ -274,7 +274,7 @@ class MnesiaCore:
         self.membership.note(sender, msg)
         return out
 
-    def timer(self, key: str, now: float, data: Any = None) -> list[Effect]:
+    def timer(self, key: str, now: float, data: Any = None) -> list[MnesiaEffect]:
         self.state.now = now
         name, _, arg = key.partition(":")
         if name == "startup":
@@ -293,13 +293,13 @@ class MnesiaCore:
             return self.termination.outcome_timer(arg, now)
         return []
 
-    def stop(self, now: float) -> list[Effect]:
+    def stop(self, now: float) -> list[MnesiaEffect]:
         """A clean stop: persist what this node saw last (the shell performs it)."""
         self.state.now = now
         self.state.forget_persisted()
         return self.state.persist()
 
-    def request(self, req_id: int, op: str, args: dict[str, Any], now: float) -> list[Effect]:
+    def request(self, req_id: int, op: str, args: dict[str, Any], now: float) -> list[MnesiaEffect]:
         """A local API call; the answer comes as Reply(req_id, ...) now or later."""
         self.state.now = now
         handler = self._requests.get(op)
@@ -314,21 +314,21 @@ class MnesiaCore:
 
     # ---- what concerns several parts
 
-    def _tx_nodedown(self, node: str) -> list[Effect]:
+    def _tx_nodedown(self, node: str) -> list[MnesiaEffect]:
         """`node` is gone for the transactions: those it took part in restart (the
         coordinator's), those it coordinated abort or go in doubt (termination)."""
         return self.coordinator.participant_down(node) + self.termination.coordinator_down(node)
 
-    def drop_transactions(self) -> list[Effect]:
+    def drop_transactions(self) -> list[MnesiaEffect]:
         """Forget every transaction here (this node reloads all its tables: autoheal)."""
         return self.coordinator.drop_all() + self.participant.drop_all()
 
     def _inconsistent(
         self, peer: str, inc: int, my_side: list[str], their_side: list[str], m: dict[str, Any]
-    ) -> list[Effect]:
+    ) -> list[MnesiaEffect]:
         return self.healer.inconsistent(peer, inc, my_side, their_side, m)
 
-    def _on_leave(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_leave(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         """The peer is reloading its tables from another side (autoheal): it is gone for us
         as after a nodedown, and each side keeps a mark so that they find each other
         inconsistent when it comes back."""
@@ -337,7 +337,7 @@ class MnesiaCore:
         out += self._tx_nodedown(sender)
         return out + self.state.persist()
 
-    def _on_not_running(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_not_running(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         """The peer does not count us as running: drop it (with a mark, as after a nodedown,
         since writes may have missed either side) and greet it again."""
         if sender not in self.state.running:
@@ -384,7 +384,7 @@ class MnesiaCore:
             "outcome_r": t.on_outcome_r,
         }
 
-    def _request_handlers(self) -> dict[str, Callable[..., list[Effect]]]:
+    def _request_handlers(self) -> dict[str, Callable[..., list[MnesiaEffect]]]:
         """API operation -> handler(req, **args)."""
         a, d, c = self.admin, self.dirty, self.coordinator
         return {

@@ -12,11 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mnesia_like import records as rec
-from mnesia_like.effects import Reply
+from mnesia_like.effects import MnesiaEffect, Reply
 from mnesia_like.errors import BadArgument, MnesiaError, NoSuchTable, TablesNotLoaded
 from mnesia_like.state import NodeState
 from mnesia_like.writes import Writes
-from monitors.effects import Effect
 
 
 class DirtyOps:
@@ -38,16 +37,16 @@ class DirtyOps:
 
     # ---- writes
 
-    def dirty_write(self, req: int, table: Any, record: Any) -> list[Effect]:
+    def dirty_write(self, req: int, table: Any, record: Any) -> list[MnesiaEffect]:
         d = self._table_def(table)
         kj, full = rec.check_record(table, d["attributes"], d["key"], record)
         return self._dirty_put(req, table, kj, full)
 
-    def dirty_delete(self, req: int, table: Any, key: Any) -> list[Effect]:
+    def dirty_delete(self, req: int, table: Any, key: Any) -> list[MnesiaEffect]:
         self._table_def(table)
         return self._dirty_put(req, table, rec.check_key(table, key), None)
 
-    def _dirty_put(self, req: int, table: str, kj: str, value: Any) -> list[Effect]:
+    def _dirty_put(self, req: int, table: str, kj: str, value: Any) -> list[MnesiaEffect]:
         s = self.s
         targets = s.write_view(table)
         if not targets:
@@ -55,7 +54,7 @@ class DirtyOps:
         s.clock += 1
         entry = {"r": value, "s": [s.clock, s.node]}
         to = sorted(targets)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         if s.node in targets:
             out += self.writes.apply_entries(table, [[kj, entry]], to)
         for n in to:
@@ -65,21 +64,21 @@ class DirtyOps:
 
     # ---- reads
 
-    def dirty_read(self, req: int, table: Any, key: Any) -> list[Effect]:
+    def dirty_read(self, req: int, table: Any, key: Any) -> list[MnesiaEffect]:
         self._table_def(table)
         return self._read_op(req, table, "read", rec.check_key(table, key))
 
-    def dirty_match(self, req: int, table: Any, pattern: Any) -> list[Effect]:
+    def dirty_match(self, req: int, table: Any, pattern: Any) -> list[MnesiaEffect]:
         d = self._table_def(table)
         return self._read_op(
             req, table, "match", rec.check_pattern(table, d["attributes"], pattern)
         )
 
-    def dirty_select(self, req: int, table: Any, spec: Any) -> list[Effect]:
+    def dirty_select(self, req: int, table: Any, spec: Any) -> list[MnesiaEffect]:
         d = self._table_def(table)
         return self._read_op(req, table, "select", rec.check_select(table, d["attributes"], spec))
 
-    def _read_op(self, req: int, table: str, op: str, arg: Any) -> list[Effect]:
+    def _read_op(self, req: int, table: str, op: str, arg: Any) -> list[MnesiaEffect]:
         if table in self.s.loaded:
             return [Reply(req, self._local_read(table, op, arg))]
         return self._remote_read(req, table, op, arg)
@@ -94,7 +93,7 @@ class DirtyOps:
             return [r for r in rows if rec.matches(r, arg)]
         return rec.select(rows, arg)
 
-    def _remote_read(self, req: int, table: str, op: str, arg: Any) -> list[Effect]:
+    def _remote_read(self, req: int, table: str, op: str, arg: Any) -> list[MnesiaEffect]:
         s = self.s
         sources = [n for n in s.read_sources(table) if n != s.node]
         if not sources:
@@ -103,16 +102,16 @@ class DirtyOps:
         self._rreads[rid] = (req, sources[0], table, op, arg)
         return [s.send(sources[0], "rread", rid=rid, table=table, op=op, arg=arg)]
 
-    def peer_gone(self, node: str) -> list[Effect]:
+    def peer_gone(self, node: str) -> list[MnesiaEffect]:
         """Remote reads `node` was serving are asked of another replica (or fail)."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for rid, (req, target, table, op, arg) in list(self._rreads.items()):
             if target == node:
                 del self._rreads[rid]
                 out += self._remote_read(req, table, op, arg)
         return out
 
-    def on_rread(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_rread(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         s = self.s
         table, op = m["table"], m["op"]
         if (
@@ -136,7 +135,7 @@ class DirtyOps:
         result = self._local_read(table, op, arg)
         return [s.send(sender, "rread_r", rid=m["rid"], ok=True, result=result)]
 
-    def on_rread_r(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_rread_r(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         pending = self._rreads.pop(m["rid"], None)
         if pending is None:
             return []

@@ -40,7 +40,7 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from monitors.durable_files import atomic_write, fsync_dir, write_all
 
@@ -64,7 +64,9 @@ _TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 # and infinities are not JSON, and another reader would refuse them. Both use the C encoder.
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 _encode_key = json.JSONEncoder(separators=(",", ":"), allow_nan=False, sort_keys=True).encode
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # (text, index) -> (value, end)
+# (text, index) -> (value, end). typeshed types make_scanner's context as a scanner, not the
+# decoder whose settings it reads, so the decoder is passed as Any.
+_scan_json = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
 
 FsyncPolicy = Literal["commit", "none"] | float
 Op = tuple[Literal["put", "del"], Any, Any]
@@ -137,7 +139,8 @@ def key_from_json(text: str) -> Any:
     return json.loads(text)
 
 
-def _check_fsync(fsync: Any) -> FsyncPolicy:
+def check_fsync(fsync: Any) -> FsyncPolicy:
+    """The fsync policy, or ValueError naming what is accepted (the shell checks it at start)."""
     if fsync in ("commit", "none"):
         return fsync
     if isinstance(fsync, int | float) and not isinstance(fsync, bool) and fsync > 0:
@@ -276,7 +279,7 @@ class TableLog:
         self = cls(
             directory,
             table,
-            fsync=_check_fsync(fsync),
+            fsync=check_fsync(fsync),
             max_commit_bytes=max_commit_bytes,
             dump_records=dump_records,
             dump_bytes=dump_bytes,

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitors.effects import Effect
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -73,3 +75,7 @@ class MnesiaEvent:
     kind: str
     node: str
     detail: Any = None
+
+
+# Everything a MnesiaCore part may return: the common effects and the store's own.
+MnesiaEffect = Effect | Reply | DiscCommit | ReplaceTable | DropTable | PersistSchema | MnesiaEvent

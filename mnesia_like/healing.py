@@ -17,13 +17,14 @@ from typing import Any
 
 from mnesia_like import records as rec
 from mnesia_like import schema as sch
+from mnesia_like.effects import MnesiaEffect
 from mnesia_like.loading import Loader
 from mnesia_like.membership import Membership
 from mnesia_like.messages import str_list
 from mnesia_like.state import NodeState, entry_pair_ok
 from mnesia_like.waiters import Waiters
 from mnesia_like.writes import Writes
-from monitors.effects import Connect, Effect, Log
+from monitors.effects import Connect, Log
 
 
 def winner_side(a: list[str], b: list[str]) -> int:
@@ -46,7 +47,7 @@ class Healer:
         loader: Loader,
         waiters: Waiters,
         membership: Membership,
-        drop_transactions: Callable[[], list[Effect]],
+        drop_transactions: Callable[[], list[MnesiaEffect]],
         *,
         merge: str,
         anti_entropy: bool,
@@ -67,7 +68,7 @@ class Healer:
 
     def inconsistent(
         self, peer: str, inc: int, my_side: list[str], their_side: list[str], m: dict[str, Any]
-    ) -> list[Effect]:
+    ) -> list[MnesiaEffect]:
         if self.merge == "none":
             self.s.inconsistent[peer] = inc
             return [Log.warning("staying split from the node (merge: none)", node=peer)]
@@ -90,9 +91,9 @@ class Healer:
         out += [self.s.event("heal", self.s.node, f"lww merge with {peer}")]
         return out
 
-    def reload(self, winner: str, why: str) -> list[Effect]:
+    def reload(self, winner: str, why: str) -> list[MnesiaEffect]:
         """Discard this node's tables and reload them from `winner`'s side (autoheal loser)."""
-        out: list[Effect] = [
+        out: list[MnesiaEffect] = [
             Log.warning("reloading every table from another node", winner=winner, why=why),
             self.s.event("heal", self.s.node, f"reload_from {winner}"),
         ]
@@ -116,7 +117,7 @@ class Healer:
             out.append(Connect(winner))
         return out + self.s.persist()
 
-    def on_check(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_check(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         self.s.peer_tables(sender, m)
         out = self.loader.try_loads() + self.waiters.check()
         sums = m.get("sums")
@@ -126,7 +127,7 @@ class Healer:
 
     # ---- anti-entropy
 
-    def _compare_sums(self, sender: str, sums: dict[str, Any]) -> list[Effect]:
+    def _compare_sums(self, sender: str, sums: dict[str, Any]) -> list[MnesiaEffect]:
         """Anti-entropy: two running replicas of a loaded table whose bucket digests differ
         at two checks in a row, with neither side's digest of that bucket changed in between
         (so no write was in flight), hold different content. That happens when a write
@@ -136,7 +137,7 @@ class Healer:
         rejoins peers that saw it go down but that it did not see go down, or when
         autoheal reloads cross. Both sides then exchange the bucket's entries and keep the
         newest per key, as the lww merge does. The node with the smaller name starts it."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         if self.s.node > sender:
             return out
         for table, theirs in sorted(sums.items()):
@@ -165,10 +166,12 @@ class Healer:
                 out += self._send_sync(sender, table, buckets, reply=True)
         return out
 
-    def _send_sync(self, peer: str, table: str, buckets: list[int], reply: bool) -> list[Effect]:
+    def _send_sync(
+        self, peer: str, table: str, buckets: list[int], reply: bool
+    ) -> list[MnesiaEffect]:
         wanted = set(buckets)
         content = {kj: e for kj, e in self.s.store[table].items() if rec.bucket_of(kj) in wanted}
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for chunk, last in self.writes.chunks(content):
             out.append(
                 self.s.send(
@@ -182,7 +185,7 @@ class Healer:
             )
         return out
 
-    def on_sync(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_sync(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         table = m["table"]
         if table not in self.s.store:
             return []
@@ -199,7 +202,7 @@ class Healer:
             out += self._send_sync(sender, table, buckets, reply=False)
         return out
 
-    def on_heal_req(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_heal_req(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         """The winner of an inconsistency tells us we lost: reload from it (or, if we are
         already on our way to its side, ask to join again)."""
         if self.merge != "autoheal":
@@ -208,15 +211,15 @@ class Healer:
             return [self.membership.hello(sender, reply=False)]
         return self.reload(sender, "autoheal: the winning side asked")
 
-    def _send_merge(self, peer: str, m: dict[str, Any]) -> list[Effect]:
-        out: list[Effect] = []
+    def _send_merge(self, peer: str, m: dict[str, Any]) -> list[MnesiaEffect]:
+        out: list[MnesiaEffect] = []
         theirs = set(str_list(m["loaded"]) or [])
         for table in sorted(self.s.loaded & theirs):
             for chunk, last in self.writes.chunks(self.s.store[table]):
                 out.append(self.s.send(peer, "merge_chunk", table=table, entries=chunk, last=last))
         return out
 
-    def on_merge_chunk(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_merge_chunk(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         table = m["table"]
         if table not in self.s.store:
             return []

@@ -20,11 +20,11 @@ from typing import Any
 
 from mnesia_like import records as rec
 from mnesia_like import schema as sch
-from mnesia_like.effects import DropTable, ReplaceTable
+from mnesia_like.effects import DropTable, MnesiaEffect, ReplaceTable
 from mnesia_like.state import NodeState, entry_pair_ok
 from mnesia_like.waiters import Waiters
 from mnesia_like.writes import Writes
-from monitors.effects import CancelTimer, Effect, Log, SetTimer
+from monitors.effects import CancelTimer, Log, SetTimer
 
 
 class Loader:
@@ -60,11 +60,11 @@ class Loader:
     def peer_disc(self, peer: str, disc_max: dict[str, tuple[int, str]]) -> None:
         self._peer_disc_max[peer] = disc_max
 
-    def peer_gone(self, node: str) -> list[Effect]:
+    def peer_gone(self, node: str) -> list[MnesiaEffect]:
         """`node`'s mnesia left ours: a copy from it is lost (tried again elsewhere by the
         next try_loads)."""
         self._peer_disc_max.pop(node, None)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for table, (src, _rid) in list(self._loading.items()):
             if src == node:
                 self._loading.pop(table)
@@ -74,7 +74,7 @@ class Loader:
 
     # ---- deciding
 
-    def startup_over(self) -> list[Effect]:
+    def startup_over(self) -> list[MnesiaEffect]:
         if self.startup_done:
             return []
         self.startup_done = True
@@ -84,14 +84,14 @@ class Loader:
         d = self.s.tables[table]
         return set(self.s.saved_active.get(table, [])) & set(d["disc"]) - {self.s.node}
 
-    def try_loads(self) -> list[Effect]:
-        out: list[Effect] = []
+    def try_loads(self) -> list[MnesiaEffect]:
+        out: list[MnesiaEffect] = []
         for table, d in sorted(self.s.tables.items()):
             if self.s.node in sch.copies(d) and table not in self.s.store:
                 out += self.try_load(table)
         return out
 
-    def try_load(self, table: str) -> list[Effect]:
+    def try_load(self, table: str) -> list[MnesiaEffect]:
         s = self.s
         d = s.tables.get(table)
         if d is None or table in s.store or s.node not in sch.copies(d):
@@ -139,7 +139,7 @@ class Loader:
             return []
         return self._waiting(table, sorted(set(d["disc"]) - s.running) or sorted(d["disc"]))
 
-    def _maybe_first(self, table: str, d: dict[str, Any]) -> list[Effect]:
+    def _maybe_first(self, table: str, d: dict[str, Any]) -> list[MnesiaEffect]:
         """Every disc copy we wait for is up and none has the table: they went down together.
         The copy with the newest stamp loads from its disc; the others copy from it."""
         s = self.s
@@ -153,7 +153,7 @@ class Loader:
             return self._load_local(table, "the copies went down together; ours is newest")
         return self._waiting(table, [best[1]])
 
-    def _waiting(self, table: str, nodes: list[str]) -> list[Effect]:
+    def _waiting(self, table: str, nodes: list[str]) -> list[MnesiaEffect]:
         if table in self._wait_logged:
             return []
         self._wait_logged.add(table)
@@ -167,7 +167,7 @@ class Loader:
             SetTimer(f"load_wait:{table}", self.load_timeout),
         ]
 
-    def load_wait_timeout(self, table: str) -> list[Effect]:
+    def load_wait_timeout(self, table: str) -> list[MnesiaEffect]:
         if table not in self.s.tables or table in self.s.loaded or table in self._loading:
             return []
         return [
@@ -197,22 +197,22 @@ class Loader:
 
     # ---- loading
 
-    def _load_local(self, table: str, why: str) -> list[Effect]:
+    def _load_local(self, table: str, why: str) -> list[MnesiaEffect]:
         self.writes.open(table, self.s.disc_data.pop(table, {}))
         return self.loaded(table, f"from local disc: {why}")
 
-    def _load_empty(self, table: str) -> list[Effect]:
+    def _load_empty(self, table: str) -> list[MnesiaEffect]:
         self.writes.open_empty(table)
         return self.loaded(table, "empty: no other replica is active")
 
-    def loaded(self, table: str, how: str) -> list[Effect]:
+    def loaded(self, table: str, how: str) -> list[MnesiaEffect]:
         """`table`'s content in `store` is complete: it serves reads from now on."""
         s = self.s
         s.loaded.add(table)
         self._must_copy.discard(table)
         self.writes.index(table)
         self._wait_logged.discard(table)
-        out: list[Effect] = [
+        out: list[MnesiaEffect] = [
             CancelTimer(f"load_wait:{table}"),
             Log.info("table loaded", table=table, how=how),
             s.event("table_loaded", s.node, table),
@@ -221,18 +221,18 @@ class Loader:
             out.append(s.send(n, "loaded", tables=[table]))
         return out + self.waiters.check() + s.persist()
 
-    def _start_copy(self, table: str, source: str) -> list[Effect]:
+    def _start_copy(self, table: str, source: str) -> list[MnesiaEffect]:
         s = self.s
         rid = s.next_rid()
         self._loading[table] = (source, rid)
         self.writes.open_empty(table)  # our stale copy is replaced; writes from now on apply
-        out: list[Effect] = [Log.info("copying table", table=table, source=source)]
+        out: list[MnesiaEffect] = [Log.info("copying table", table=table, source=source)]
         for n in sorted(s.running):
             out.append(s.send(n, "loading", tables=[table]))
         out.append(s.send(source, "copy_req", table=table, rid=rid))
         return out
 
-    def on_copy_req(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_copy_req(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         s = self.s
         table, rid = m["table"], m["rid"]
         if table not in s.loaded or sender not in s.running:
@@ -240,12 +240,12 @@ class Loader:
         # from this instant the requester is active for writes here: what we apply after the
         # snapshot is forwarded to it (apply-by-stamp makes the order irrelevant)
         s.peer_loading.setdefault(sender, set()).add(table)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for chunk, last in self.writes.chunks(s.store[table]):
             out.append(s.send(sender, "copy_chunk", table=table, rid=rid, entries=chunk, last=last))
         return out + s.persist()
 
-    def on_copy_chunk(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_copy_chunk(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         s = self.s
         table = m["table"]
         if self._loading.get(table) != (sender, m["rid"]):
@@ -260,12 +260,12 @@ class Loader:
         del self._loading[table]
         s.disc_data.pop(table, None)
         self.writes.count_tombs(table)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         if s.is_disc(table):
             out.append(ReplaceTable(table, s.next_disc_tid(table), dict(content)))
         return out + self.loaded(table, f"copied from {sender}")
 
-    def on_copy_nak(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_copy_nak(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         table = m["table"]
         if self._loading.get(table) != (sender, m["rid"]):
             return []
@@ -276,7 +276,7 @@ class Loader:
 
     # ---- unloading
 
-    def unload(self, name: str, old: dict[str, Any] | None) -> list[Effect]:
+    def unload(self, name: str, old: dict[str, Any] | None) -> list[MnesiaEffect]:
         """This node holds no copy of `name` any more (deleted, or its copy moved away)."""
         s = self.s
         s.store.pop(name, None)

@@ -157,8 +157,8 @@ class LockManager:
         for table in sorted(tables):
             granted += self._wake(table)
         for table in tables:
-            tab = self._tables.get(table)
-            if tab is not None and not tab.held and not tab.waiting:
+            left = self._tables.get(table)
+            if left is not None and not left.held and not left.waiting:
                 del self._tables[table]
         return granted
 

@@ -22,7 +22,7 @@ from typing import Any
 from mnesia_like import records as rec
 from mnesia_like import schema as sch
 from mnesia_like.dirty import DirtyOps
-from mnesia_like.effects import Reply
+from mnesia_like.effects import MnesiaEffect, Reply
 from mnesia_like.errors import BadArgument, SchemaConflict
 from mnesia_like.loading import Loader
 from mnesia_like.messages import str_list
@@ -30,7 +30,7 @@ from mnesia_like.schema_changes import SchemaChanges
 from mnesia_like.state import NodeState
 from mnesia_like.waiters import Waiters
 from mnesia_like.writes import Writes
-from monitors.effects import CancelTimer, Connect, Effect, Log, Send, SetTimer
+from monitors.effects import CancelTimer, Connect, Log, Send, SetTimer
 
 # What a node sends only to the peers it counts as running: from a running peer, each tells
 # that it counts us as running too (`confirmed`).
@@ -38,7 +38,7 @@ TO_RUNNING = frozenset({"up", "check", "loaded", "loading"})
 
 # what membership hands on when a reconnect finds each side marked the other:
 # (peer, its incarnation, our side as it judges us, its side, its hello) -> effects
-Inconsistent = Callable[[str, int, list[str], list[str], dict[str, Any]], list[Effect]]
+Inconsistent = Callable[[str, int, list[str], list[str], dict[str, Any]], list[MnesiaEffect]]
 
 
 class Membership:
@@ -82,7 +82,7 @@ class Membership:
         self._hello_sent: dict[str, list[str]] = {}
         self._config_reqs: dict[int, dict[str, Any]] = {}
 
-    def nodeup(self, node: str) -> list[Effect]:
+    def nodeup(self, node: str) -> list[MnesiaEffect]:
         s = self.s
         s.connected.add(node)
         if node in s.db_nodes or node in s.extra_db_nodes or self.wanted(node):
@@ -107,7 +107,7 @@ class Membership:
             # it took our hello (its reply), or sent this as one of its running peers
             self.confirmed.add(sender)
 
-    def check_tick(self) -> list[Effect]:
+    def check_tick(self) -> list[MnesiaEffect]:
         """Every check_interval: tell the running peers what we have loaded (and the
         digests anti-entropy compares)."""
         s = self.s
@@ -122,7 +122,7 @@ class Membership:
             SetTimer("check", self.check_interval),
         ]
 
-    def on_up(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_up(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         """The peer took us in as running (`note` records it in `confirmed`). Not
         answered with `not_running` when we do not count it: its hello follows or is there."""
         return []
@@ -130,7 +130,7 @@ class Membership:
     def wanted(self, node: str) -> bool:
         return any(node in c["nodes"] for c in self._config_reqs.values())
 
-    def arm_ping(self) -> list[Effect]:
+    def arm_ping(self) -> list[MnesiaEffect]:
         if self.reconnect_interval is None or self._pinging:
             return []
         if not (self.s.db_nodes | self.s.extra_db_nodes) - {self.s.node} - self.s.connected:
@@ -138,16 +138,16 @@ class Membership:
         self._pinging = True
         return [SetTimer("ping", self.reconnect_interval)]
 
-    def ping(self) -> list[Effect]:
+    def ping(self) -> list[MnesiaEffect]:
         """Every reconnect_interval while a db node is not connected: try it again."""
         self._pinging = False
         down = sorted((self.s.db_nodes | self.s.extra_db_nodes) - {self.s.node} - self.s.connected)
         return [*(Connect(n) for n in down), *self.arm_ping()]
 
-    def peer_gone(self, node: str, why: str) -> list[Effect]:
+    def peer_gone(self, node: str, why: str) -> list[MnesiaEffect]:
         """`node`'s mnesia is no longer connected to ours (nodedown, or it left)."""
         s = self.s
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         was_running = node in s.running
         confirmed = node in self.confirmed
         s.running.discard(node)
@@ -166,7 +166,7 @@ class Membership:
         out += self.loader.try_loads()
         return out
 
-    def change_config(self, req: int, key: str, value: Any) -> list[Effect]:
+    def change_config(self, req: int, key: str, value: Any) -> list[MnesiaEffect]:
         if key != "extra_db_nodes":
             raise BadArgument(f"change_config: only 'extra_db_nodes' can change, not {key!r}")
         nodes = str_list(list(value)) if isinstance(value, list | tuple) else None
@@ -179,7 +179,7 @@ class Membership:
         for n in pending:
             self.s.inconsistent.pop(n, None)
         self._config_reqs[req] = {"nodes": set(pending), "conflicts": set()}
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for n in sorted(pending):
             if n in self.s.connected:
                 out.append(self.hello(n, reply=False))
@@ -189,19 +189,19 @@ class Membership:
             return out + self.config_done(req)
         return [*out, SetTimer(f"config:{req}", self.config_timeout)]
 
-    def _config_progress(self) -> list[Effect]:
-        out: list[Effect] = []
+    def _config_progress(self) -> list[MnesiaEffect]:
+        out: list[MnesiaEffect] = []
         for req, c in list(self._config_reqs.items()):
             c["nodes"] -= self.s.running
             if not (c["nodes"] - c["conflicts"]):
                 out += self.config_done(req)
         return out
 
-    def config_done(self, req: int, timed_out: bool = False) -> list[Effect]:
+    def config_done(self, req: int, timed_out: bool = False) -> list[MnesiaEffect]:
         c = self._config_reqs.pop(req, None)
         if c is None:
             return []
-        out: list[Effect] = [CancelTimer(f"config:{req}")]
+        out: list[MnesiaEffect] = [CancelTimer(f"config:{req}")]
         if c["conflicts"]:
             conflict = c["conflicts_detail"]
             return [*out, Reply(req, error=SchemaConflict(conflict[0], conflict[1]))]
@@ -235,11 +235,11 @@ class Membership:
             disc_max=disc_max,
         )
 
-    def on_hello(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_hello(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         if sender == self.s.node:
             return []
         self.s.connected.add(sender)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         db_nodes = str_list(m["db_nodes"])
         running = str_list(m["running"])
         if db_nodes is None or running is None:
@@ -317,8 +317,8 @@ class Membership:
 
     def merge_schema(
         self, db_nodes: list[str], merged: dict[str, Any], changed: list[str], sender: str
-    ) -> list[Effect]:
-        out: list[Effect] = []
+    ) -> list[MnesiaEffect]:
+        out: list[MnesiaEffect] = []
         learnt = {*db_nodes, sender} - self.s.db_nodes
         self.s.db_nodes |= learnt
         for n in sorted(learnt - self.s.running - {self.s.node, sender}):
@@ -329,8 +329,8 @@ class Membership:
             out += self.schema.apply(name, entry)
         return out
 
-    def peer_up(self, sender: str, m: dict[str, Any]) -> list[Effect]:
-        out: list[Effect] = []
+    def peer_up(self, sender: str, m: dict[str, Any]) -> list[MnesiaEffect]:
+        out: list[MnesiaEffect] = []
         new = sender not in self.s.running
         self.s.running.add(sender)
         self._peer_inc[sender] = m["inc"]
@@ -363,17 +363,17 @@ class Membership:
         out += self.s.persist()
         return out
 
-    def on_loaded(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_loaded(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tables = set(str_list(m["tables"]) or [])
         self.s.peer_loaded.setdefault(sender, set()).update(tables)
         self.s.peer_loading.setdefault(sender, set()).difference_update(tables)
         return self.loader.try_loads() + self.waiters.check() + self.s.persist()
 
-    def on_loading(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_loading(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         self.s.peer_loading.setdefault(sender, set()).update(str_list(m["tables"]) or [])
         return self.s.persist()
 
-    def on_unloaded(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_unloaded(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tables = set(str_list(m["tables"]) or [])
         self.s.peer_loaded.get(sender, set()).difference_update(tables)
         self.s.peer_loading.get(sender, set()).difference_update(tables)

@@ -12,12 +12,13 @@ from typing import Any
 
 from mnesia_like import records as rec
 from mnesia_like import schema as sch
+from mnesia_like.effects import MnesiaEffect
 from mnesia_like.locks import LockManager
 from mnesia_like.schema_changes import SchemaChanges
 from mnesia_like.state import NodeState
 from mnesia_like.tx import SCHEMA, Bounded, PartTx, age_ok, stamp_ok
 from mnesia_like.writes import Writes
-from monitors.effects import CancelTimer, Effect, Log
+from monitors.effects import CancelTimer, Log
 
 
 class Participant:
@@ -39,7 +40,7 @@ class Participant:
 
     # ---- locks
 
-    def on_lock(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_lock(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         s = self.s
         tid, table = m["tid"], m["table"]
         if m["mode"] not in ("read", "write") or not isinstance(m["age"], list):
@@ -67,12 +68,12 @@ class Participant:
             return [self._lock_r(sender, m, "die")]
         return [self._granted(sender, tid, m["seq"], want, table, m["key"])]
 
-    def _lock_r(self, to: str, m: dict[str, Any], ans: str) -> Effect:
+    def _lock_r(self, to: str, m: dict[str, Any], ans: str) -> MnesiaEffect:
         return self.s.send(to, "lock_r", tid=m["tid"], seq=m["seq"], ans=ans, value=None)
 
     def _granted(  # noqa: PLR0917 - the lock request's fields
         self, to: str, tid: str, seq: int, want: Any, table: str, key: str | None
-    ) -> Effect:
+    ) -> MnesiaEffect:
         value: Any = None
         if isinstance(want, dict) and table in self.s.loaded:
             op = want.get("op")
@@ -93,8 +94,8 @@ class Participant:
                     value = []
         return self.s.send(to, "lock_r", tid=tid, seq=seq, ans="granted", value=value)
 
-    def _wake(self, granted: list[Any]) -> list[Effect]:
-        out: list[Effect] = []
+    def _wake(self, granted: list[Any]) -> list[MnesiaEffect]:
+        out: list[MnesiaEffect] = []
         for g in granted:
             part = self.txs.get(g.tid)
             if part is not None and part.lazy is not None:
@@ -107,7 +108,7 @@ class Participant:
             out.append(self._granted(part.coord, g.tid, seq, want, table, key))
         return out
 
-    def release(self, tid: str, outcome: str | None) -> list[Effect]:
+    def release(self, tid: str, outcome: str | None) -> list[MnesiaEffect]:
         """Forget `tid` here, release its locks (waking who waits), record its outcome."""
         self.txs.pop(tid, None)
         self.dead.put(tid, True)
@@ -115,7 +116,7 @@ class Participant:
             self.outcomes.put(tid, outcome)
         return [CancelTimer(f"outcome:{tid}"), *self._wake(self.locks.release(tid))]
 
-    def on_release(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_release(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         part = self.txs.get(m["tid"])
         if part is not None and part.coord != sender:
             return []
@@ -125,7 +126,7 @@ class Participant:
 
     # ---- two-phase commit
 
-    def on_prepare(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_prepare(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         """Vote on a prepare. Its `locks` (writes buffered without a lock round) are taken
         first, as a lock round would take them: granted, queued (the vote waits until they
         are granted: wait-die, an older transaction only waits for younger ones) or "die"
@@ -159,7 +160,7 @@ class Participant:
         part.lazy = (m, [list(x) for x in locks or []])
         return self._take_locks(tid, part)
 
-    def _take_locks(self, tid: str, part: PartTx) -> list[Effect]:
+    def _take_locks(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
         """Take the prepare's write locks one by one; vote once all are ours."""
         assert part.lazy is not None
         m, todo = part.lazy
@@ -178,7 +179,7 @@ class Participant:
         part.lazy = None
         return self._vote_on(part.coord, m, part)
 
-    def _vote_on(self, sender: str, m: dict[str, Any], part: PartTx) -> list[Effect]:
+    def _vote_on(self, sender: str, m: dict[str, Any], part: PartTx) -> list[MnesiaEffect]:
         s = self.s
         tid = m["tid"]
         parts: dict[str, list[str]] = {}
@@ -222,11 +223,11 @@ class Participant:
         part.parts = parts
         return [self._vote(sender, tid, True, "")]
 
-    def _vote(self, to: str, tid: str, yes: bool, why: str) -> Effect:
+    def _vote(self, to: str, tid: str, yes: bool, why: str) -> MnesiaEffect:
         active = {} if yes else self.s.active_map()
         return self.s.send(to, "vote", tid=tid, yes=yes, why=why, active=active)
 
-    def on_commit(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_commit(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tid = m["tid"]
         part = self.txs.get(tid)
         if part is None or not part.prepared:
@@ -237,11 +238,11 @@ class Participant:
         out = self.apply_commit(tid, part)
         return [*out, self.s.send(sender, "ack", tid=tid)]
 
-    def apply_commit(self, tid: str, part: PartTx) -> list[Effect]:
+    def apply_commit(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
         """Write a prepared transaction here: disc first (DiscCommit), then memory. Its
         entries get the stamp of the decision (`part.stamp`; without one, from a decision
         logged by an older version, the prepare's)."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         by_table: dict[str, list[list[Any]]] = {}
         stamp = part.stamp if stamp_ok(part.stamp) else None
         if stamp is not None:
@@ -259,15 +260,15 @@ class Participant:
         out += self.release(tid, "committed")
         return out
 
-    def on_abort(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_abort(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         part = self.txs.get(m["tid"])
         if part is not None and part.coord != sender:
             return []
         return self.release(m["tid"], "aborted")
 
-    def drop_all(self) -> list[Effect]:
+    def drop_all(self) -> list[MnesiaEffect]:
         """Forget every transaction here (this node reloads all its tables: autoheal)."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for tid in list(self.txs):
             # not "aborted": another participant asking us must not conclude from our reload
             out += self.release(tid, "forgotten")

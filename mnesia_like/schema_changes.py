@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from mnesia_like import schema as sch
-from mnesia_like.effects import DropTable, ReplaceTable
+from mnesia_like.effects import DropTable, MnesiaEffect, ReplaceTable
 from mnesia_like.loading import Loader
 from mnesia_like.state import NodeState
 from mnesia_like.waiters import Waiters
 from mnesia_like.writes import Writes
-from monitors.effects import Effect, Log
+from monitors.effects import Log
 
 
 class SchemaChanges:
@@ -27,12 +27,12 @@ class SchemaChanges:
         self.loader = loader
         self.waiters = waiters
 
-    def apply(self, name: str, entry: Any) -> list[Effect]:
+    def apply(self, name: str, entry: Any) -> list[MnesiaEffect]:
         """Apply the schema entry of table `name` (its record None: the table is deleted)."""
         s = self.s
         new = entry["r"] if isinstance(entry, dict) else None
         old = s.tables.get(name)
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         if new is None:
             if old is None:
                 return []

@@ -62,7 +62,7 @@ from typing import Any, TypeVar
 from pykka import ActorDeadError
 
 from mnesia_like.core import MnesiaCore
-from mnesia_like.disc_log import SyncTicket, TableLog, tables_dir
+from mnesia_like.disc_log import SyncTicket, TableLog, check_fsync, tables_dir
 from mnesia_like.effects import (
     DiscCommit,
     DropTable,
@@ -192,7 +192,7 @@ class Mnesia(Process):
         self.data_dir = Path(data_dir)
         self._extra = list(extra_db_nodes)
         self._merge = merge
-        self._fsync = fsync
+        self._fsync = check_fsync(fsync)
         self._force_load = force_load
         self._core_options = core_options
         self._timers = CoreTimers(self)
@@ -458,7 +458,8 @@ class Mnesia(Process):
         elif kind is DropTable:
             if self._open_batch is not None:
                 self._open_batch.dirty.pop(effect.table, None)
-            tlog = self._logs.pop(effect.table, None) or self._open(effect.table, keep=False)
+            known = self._logs.pop(effect.table, None)
+            tlog = known if known is not None else self._open(effect.table, keep=False)
             tlog.delete_files()
         else:
             write_schema(schema_path(self.data_dir), effect.state)

@@ -17,10 +17,10 @@ from typing import Any
 
 from mnesia_like import records as rec
 from mnesia_like import schema as sch
-from mnesia_like.effects import MnesiaEvent, PersistSchema
+from mnesia_like.effects import MnesiaEffect, MnesiaEvent, PersistSchema
 from mnesia_like.messages import VERSION, str_list
 from mnesia_like.tx import Bounded
-from monitors.effects import Effect, Send
+from monitors.effects import Send
 
 NAME = "mnesia"  # the registered name of the core on every node
 encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -175,7 +175,7 @@ class NodeState:
     def event(self, kind: str, node: str, detail: Any = None) -> MnesiaEvent:
         return MnesiaEvent(kind, node, detail)
 
-    def persist(self) -> list[Effect]:
+    def persist(self) -> list[MnesiaEffect]:
         """PersistSchema when the persisted part of the picture changed since the last."""
         active = {}
         for t, d in self.tables.items():

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mnesia_like.effects import MnesiaEffect
 from mnesia_like.participant import Participant
 from mnesia_like.state import NodeState
 from mnesia_like.tx import Bounded, PartTx
-from monitors.effects import Effect, Log, SetTimer
+from monitors.effects import Log, SetTimer
 
 
 class Termination:
@@ -38,10 +39,10 @@ class Termination:
         self.outcome_retry = outcome_retry
         self.outcome_timeout = outcome_timeout
 
-    def coordinator_down(self, node: str) -> list[Effect]:
+    def coordinator_down(self, node: str) -> list[MnesiaEffect]:
         """`node` is gone: abort what it coordinated that we did not vote on, and start
         asking about what we did."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for tid, part in list(self.participant.txs.items()):
             if part.coord != node:
                 # A participant we lose may be alive and hold the commit: no conclusion; it
@@ -62,8 +63,8 @@ class Termination:
                 out += self._ask_outcome(tid, part)
         return out
 
-    def _ask_outcome(self, tid: str, part: PartTx) -> list[Effect]:
-        out: list[Effect] = [SetTimer(f"outcome:{tid}", self.outcome_retry)]
+    def _ask_outcome(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
+        out: list[MnesiaEffect] = [SetTimer(f"outcome:{tid}", self.outcome_retry)]
         for n in sorted(self._others_of(part) | {part.coord}):
             if n in self.s.connected and part.answers.get(n) not in ("doubt", "unknown"):
                 out.append(self.s.send(n, "outcome_q", tid=tid))
@@ -73,7 +74,7 @@ class Termination:
         nodes = {n for ns in part.parts.values() for n in ns}
         return nodes - {self.s.node, part.coord}
 
-    def on_outcome_q(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_outcome_q(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tid = m["tid"]
         state = self.outcomes.get(tid)
         if state == "forgotten":
@@ -98,7 +99,7 @@ class Termination:
             return [self.s.send(sender, "outcome_r", tid=tid, state=state, stamp=stamp)]
         return [self.s.send(sender, "outcome_r", tid=tid, state=state)]
 
-    def on_outcome_r(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_outcome_r(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         tid = m["tid"]
         part = self.participant.txs.get(tid)
         if part is None or part.doubt_since is None:
@@ -125,7 +126,7 @@ class Termination:
         part.answers[sender] = state
         return self._maybe_resolve(tid, part)
 
-    def _maybe_resolve(self, tid: str, part: PartTx) -> list[Effect]:
+    def _maybe_resolve(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
         # Only the coordinator's restart proves that no commit was decided that could still
         # surface: a coordinator that is merely cut off (or frozen) may have decided, and will
         # apply its own part and answer "committed" when it is back. So we wait for it.
@@ -140,7 +141,7 @@ class Termination:
             ]
         return []
 
-    def outcome_timer(self, tid: str, now: float) -> list[Effect]:
+    def outcome_timer(self, tid: str, now: float) -> list[MnesiaEffect]:
         part = self.participant.txs.get(tid)
         if part is None or part.doubt_since is None:
             return []

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mnesia_like.effects import Reply
+from mnesia_like.effects import MnesiaEffect, Reply
 from mnesia_like.errors import BadArgument, NoSuchTable, TablesNotLoaded
 from mnesia_like.messages import str_list
 from mnesia_like.state import NodeState
-from monitors.effects import CancelTimer, Effect, SetTimer
+from monitors.effects import CancelTimer, SetTimer
 
 
 class Waiters:
@@ -26,7 +26,7 @@ class Waiters:
     def available(self, table: str) -> bool:
         return bool(self.s.read_sources(table))
 
-    def wait_for_tables(self, req: int, tables: Any, timeout: float = 30.0) -> list[Effect]:
+    def wait_for_tables(self, req: int, tables: Any, timeout: float = 30.0) -> list[MnesiaEffect]:
         names = str_list(list(tables)) if isinstance(tables, list | tuple) else None
         if names is None:
             raise BadArgument("wait_for_tables takes a list of table names")
@@ -39,9 +39,9 @@ class Waiters:
         self._waiters[req] = names
         return [SetTimer(f"wait:{req}", float(timeout))]
 
-    def check(self) -> list[Effect]:
+    def check(self) -> list[MnesiaEffect]:
         """Answer every waiter whose tables are all readable now (or one was deleted)."""
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         for req, names in list(self._waiters.items()):
             gone = [t for t in names if t not in self.s.tables]
             if gone:
@@ -52,7 +52,7 @@ class Waiters:
                 out += [CancelTimer(f"wait:{req}"), Reply(req, None)]
         return out
 
-    def timeout(self, req: int, why_not_loaded: Callable[[str], str]) -> list[Effect]:
+    def timeout(self, req: int, why_not_loaded: Callable[[str], str]) -> list[MnesiaEffect]:
         names = self._waiters.pop(req, None)
         if names is None:
             return []

@@ -15,10 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from mnesia_like import records as rec
-from mnesia_like.effects import DiscCommit
+from mnesia_like.effects import DiscCommit, MnesiaEffect
 from mnesia_like.messages import str_list
 from mnesia_like.state import NodeState, encode, entry_pair_ok
-from monitors.effects import Effect
 
 
 class Writes:
@@ -61,14 +60,14 @@ class Writes:
 
     def apply_entries(
         self, table: str, entries: list[list[Any]], targets: list[str], forward: bool = True
-    ) -> list[Effect]:
+    ) -> list[MnesiaEffect]:
         """Keep the newer of each incoming entry and ours; disc first, then memory; then
         forward to active replicas the writer did not reach."""
         s = self.s
         content = s.store.get(table)
         if content is None:
             return []
-        out: list[Effect] = []
+        out: list[MnesiaEffect] = []
         applied: list[list[Any]] = []
         for kj, entry in entries:
             if rec.newer(entry, content.get(kj)):
@@ -124,7 +123,7 @@ class Writes:
         self.tombs[table] = len(tombs) - len(ops)
         return ops
 
-    def on_dirty(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_dirty(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         """A replica's write (a dirty write, or a forward of any write) reaches us."""
         table = m["table"]
         if table not in self.s.store:
