@@ -314,7 +314,8 @@ class Pool:
 
     def _warn_blocked(self, slot: _Slot, proc: Any, held: float) -> None:
         thread = slot.thread
-        frame = sys._current_frames().get(thread.ident) if thread is not None else None
+        ident = thread.ident if thread is not None else None
+        frame = sys._current_frames().get(ident) if ident is not None else None
         stack = "".join(traceback.format_stack(frame)) if frame is not None else "(unknown)\n"
         log.warning(
             "%s (class %s.%s) has blocked pool thread %s for %.2fs in one handler; use Process "

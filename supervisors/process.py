@@ -24,6 +24,7 @@ import threading
 from typing import Any, ClassVar, Self
 
 import pykka
+import pykka.messages
 from pykka import ActorDeadError, ActorRef
 
 from supervisors import registry
@@ -33,10 +34,9 @@ from supervisors.inbox import Inbox
 from supervisors.messages import Down, Exit
 from supervisors.reasons import KILL, KILLED, NOPROC, NORMAL, Reason, format_reason
 
-try:  # pykka's stop request; private, but ActorRef.stop() sends it and we must recognise it.
-    from pykka.messages import _ActorStop
-except ImportError:  # pragma: no cover - pinned pykka<5 has it
-    _ActorStop = type("_ActorStopMissing", (), {})
+# pykka's stop request; private, but ActorRef.stop() sends it and we must recognise it. The
+# pinned pykka<5 has it; a stand-in that matches nothing keeps us importable without it.
+_ActorStop: type = getattr(pykka.messages, "_ActorStop", type("_ActorStopMissing", (), {}))
 
 log = logging.getLogger("supervisors.process")
 # Crashes are logged as pykka logs them, on its logger and in its words, so that log filters
@@ -159,6 +159,7 @@ class Process(pykka.ThreadingActor):
     """
 
     trap_exit: bool = False
+    actor_inbox: Inbox  # _create_actor_inbox's, which adds signals and closing to pykka's
     # True: put in pykka's ActorRegistry at start, as a pykka actor is (see registry.py).
     register_in_actor_registry: ClassVar[bool] = False
     # Threads of killed processes may be stuck in user code forever; they must not keep the

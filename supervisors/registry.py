@@ -65,10 +65,12 @@ class RefTable:
 def install() -> RefTable:
     """Put a RefTable in pykka's ActorRegistry (once); return it."""
     with ActorRegistry._actor_refs_lock:
-        table = ActorRegistry._actor_refs
-        if not isinstance(table, RefTable):
-            table = RefTable(table)
-            ActorRegistry._actor_refs = table  # type: ignore[assignment]
+        current = ActorRegistry._actor_refs
+        if isinstance(current, RefTable):
+            return current
+        table = RefTable(current)
+        # pykka types the table as a list; a RefTable is the list operations pykka uses
+        ActorRegistry._actor_refs = table  # type: ignore[assignment]
         return table
 
 

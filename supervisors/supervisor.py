@@ -90,7 +90,7 @@ class Supervisor(Process):
         self._flags = SupFlags()
         self._intensity = RestartIntensity(1, 5.0)
         self._children: list[_Child] = []  # static children, in start order
-        self._dynamic: dict[int, _Child] = {}  # simple_one_for_one children, in start order
+        self._dynamic: dict[Hashable, _Child] = {}  # simple_one_for_one children, in start order
         self._template: ChildSpec | None = None
         self._by_urn: dict[str, _Child] = {}
         self._dynamic_keys = itertools.count()
@@ -215,7 +215,7 @@ class Supervisor(Process):
 
     def _owns(self, child: _Child) -> bool:
         if self._simple:
-            return self._dynamic.get(child.key) is child  # type: ignore[arg-type]
+            return self._dynamic.get(child.key) is child
         return any(c is child for c in self._children)
 
     def _child_exited(self, child: _Child, reason: Reason) -> None:
@@ -233,7 +233,7 @@ class Supervisor(Process):
         """A child that ended for good: temporary and dynamic children lose their entry."""
         child.ref = None
         if self._simple:
-            self._dynamic.pop(child.key, None)  # type: ignore[arg-type]
+            self._dynamic.pop(child.key, None)
         elif child.spec.restart == "temporary":
             self._children = [c for c in self._children if c is not child]
 
@@ -285,7 +285,7 @@ class Supervisor(Process):
                 self._sv_tell_self(_TryAgain(member))
                 return
             if ref is None and self._simple:
-                self._dynamic.pop(member.key, None)  # type: ignore[arg-type]
+                self._dynamic.pop(member.key, None)
             elif ref is not None:
                 report(
                     "child_restarted",
@@ -344,7 +344,8 @@ class Supervisor(Process):
                 proc._sv_remove_link(my_urn)
                 proc._sv_receive_exit(me, signal, via_link=False)
                 pending.append((child, proc))
-        deadline = None if shutdown in ("infinity", "brutal_kill") else time.monotonic() + shutdown
+        # otherwise "infinity" or "brutal_kill" (ChildSpec never leaves shutdown None)
+        deadline = time.monotonic() + shutdown if isinstance(shutdown, int | float) else None
         for child, proc in pending:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not proc._sv_wait_finished(remaining):
@@ -378,7 +379,7 @@ class Supervisor(Process):
             child = _Child(next(self._dynamic_keys), self._template, tuple(spec_or_args))
             ref = self._start(child)
             if ref is not None:
-                self._dynamic[child.key] = child  # type: ignore[index]
+                self._dynamic[child.key] = child
             return ref
         spec = spec_or_args
         if not isinstance(spec, ChildSpec):
@@ -410,7 +411,7 @@ class Supervisor(Process):
                     raise NotFound(child_id)
                 return  # as OTP: a process that no longer exists needs no terminating
             self._stop_child(child)
-            self._dynamic.pop(child.key, None)  # type: ignore[arg-type]
+            self._dynamic.pop(child.key, None)
             return
         child = self._find(child_id)
         if child is None:

@@ -25,7 +25,7 @@ def _seconds(value: float) -> str:
 
 
 def _describe_flags(flags: SupFlags) -> str:
-    parts = [flags.strategy]
+    parts: list[str] = [flags.strategy]
     parts.append(f"intensity {flags.intensity} per {_seconds(flags.period)}")
     if flags.auto_shutdown != "never":
         parts.append(f"auto_shutdown {flags.auto_shutdown}")
@@ -76,7 +76,9 @@ def _format_children(children: list[ChildSpec], indent: str, lines: list[str]) -
     for index, spec in enumerate(children):
         last = index == len(children) - 1
         what, grandchildren = _describe_child(spec)
-        shutdown = spec.shutdown if isinstance(spec.shutdown, str) else _seconds(spec.shutdown)
+        shutdown = (
+            _seconds(spec.shutdown) if isinstance(spec.shutdown, int | float) else spec.shutdown
+        )
         props = [spec.type, spec.restart, f"shutdown {shutdown}"]
         if spec.significant:
             props.append("significant")

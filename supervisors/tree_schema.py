@@ -17,9 +17,9 @@ from supervisors.process import Process
 from supervisors.specs import (
     AUTO_SHUTDOWNS,
     RESTARTS,
-    SHUTDOWN_WORDS,
     STRATEGIES,
     ChildSpec,
+    Shutdown,
     SupFlags,
 )
 from supervisors.supervisor import Supervisor
@@ -439,12 +439,13 @@ class _Ctx(ConfigChecker):
             self.fail(path, "a non-empty string", typed(value), at=(mapping, "id"))
         return value
 
-    def shutdown(self, item: dict, path: str) -> float | str | None:
+    def shutdown(self, item: dict, path: str) -> Shutdown | None:
         if "shutdown" not in item:
             return None
         value = item["shutdown"]
-        if value in SHUTDOWN_WORDS and isinstance(value, str):
-            return value
+        match value:
+            case "brutal_kill" | "infinity":
+                return value
         try:
             return parse_duration(value)
         except ValueError:
