@@ -82,7 +82,8 @@ class ServerInfo:
             off = int(offset) if offset is not None else 0
         except (TypeError, ValueError):
             off = 0
-        raw = info.get("raw") if isinstance(info.get("raw"), Mapping) else info
+        nested = info.get("raw")
+        raw = nested if isinstance(nested, Mapping) else info
         return ServerInfo(
             role=role,
             master=None if role == "master" else master,

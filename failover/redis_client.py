@@ -207,10 +207,11 @@ _HELD = _Pin()
 _HELD.hold = True  # for one-shot pipelines: the attempt gives the connection back
 
 
-def _checkout(pool: ConnectionPool) -> Connection:
-    if _GET_CONNECTION_NEEDS_NAME:  # redis-py < 5.3
-        return pool.get_connection("_")
-    return pool.get_connection()
+def _checkout(pool: ConnectionPool) -> _GuardedConnection | _GuardedSSLConnection:
+    # redis-py < 5.3 wants a command name
+    conn = pool.get_connection("_") if _GET_CONNECTION_NEEDS_NAME else pool.get_connection()
+    assert isinstance(conn, _GuardedConnection | _GuardedSSLConnection), "an unguarded pool"
+    return conn
 
 
 class _Attempt:
@@ -610,7 +611,9 @@ class FailoverPipeline(Pipeline):
     def _run_batch(self, address: str, raise_on_error: bool, conn: Any = None) -> list[Any]:
         conn = conn or self.connection
         wait = self._owner._needs_wait(args for args, _ in self.command_stack)
-        what = "MULTI/EXEC" if self.transaction or self.explicit_transaction else "pipeline"
+        # redis-py's Pipeline sets `transaction` (a bool) over Redis.transaction (a method)
+        multi = self.__dict__.get("transaction") or self.explicit_transaction
+        what = "MULTI/EXEC" if multi else "pipeline"
         results = Pipeline.execute(self, raise_on_error)  # releases nothing: the pin holds
         for item in results:
             if isinstance(item, ReadOnlyError | MasterDownError):
