@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -184,7 +184,8 @@ class RedisBus(Bus):
             room = min(self._inbox_room(), _POP_BATCH)
             if room <= 0:
                 return
-            frames = client.rpop(self._list_key(self.node), room)
+            # with a count, RPOP answers a list (or nil); our clients never decode responses
+            frames = cast("list[bytes] | None", client.rpop(self._list_key(self.node), room))
             if not frames:
                 return
             for frame in frames:

@@ -152,7 +152,7 @@ class GossipCore:
         self.stopped = False
         self.mingled = False  # a mingle round has finished (or mingle is off)
         self.stats: dict[str, Any] = {"active": 0, "processed": 0, "loadavg": [0.0, 0.0, 0.0]}
-        self.static = {
+        self.static: dict[str, Any] = {
             "utcoffset": utcoffset,
             "sw_ident": "rabbitry",
             "sw_ver": sw_ver[: wire.MAX_NAME],

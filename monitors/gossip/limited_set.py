@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from itertools import count, islice
 from operator import index
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["LimitedSet"]
 
@@ -297,7 +297,7 @@ class LimitedSet:
             entries = sorted(self._data.values(), reverse=True)
         _check_wire_items(entries)
         return (
-            {item: stamp for stamp, _, item in entries[i : i + size]}
+            {cast(str, item): stamp for stamp, _, item in entries[i : i + size]}
             for i in range(0, len(entries), size)
         )
 
@@ -503,7 +503,7 @@ def _valid_stamps(mapping: Mapping[Hashable, Any]) -> list[float]:
     # nan or infinite; a false alarm from overflow only sends us down the careful path).
     if set(map(type, stamps)) == _ONLY_FLOAT and -_INF < sum(stamps) < _INF:
         return stamps
-    checked = []
+    checked: list[float] = []
     append = checked.append
     for item, value in mapping.items():
         stamp = value

@@ -227,8 +227,12 @@ class Gossip(Process):
 
     def add_callback(self, event: str, fn: Callable[..., Any]) -> None:
         """`event` is node_join, node_leave, node_lost (fn(node)) or revoked (fn(ids))."""
-        kinds = {"node_join": NodeJoined, "node_leave": NodeLeft, "node_lost": NodeLost}
-        kinds["revoked"] = Revoked
+        kinds: dict[str, type] = {
+            "node_join": NodeJoined,
+            "node_leave": NodeLeft,
+            "node_lost": NodeLost,
+            "revoked": Revoked,
+        }
         if event not in kinds:
             raise ValueError(f"unknown gossip event {event!r}; expected one of {sorted(kinds)}")
         self._callbacks[kinds[event]].append(fn)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from monitors.gossip.clock import LamportClock
@@ -233,7 +234,7 @@ def _plan(
     so the first problem named is the same as field by field)."""
     fields = [(_HEAD, True), (required, True), (optional, False)]
     return [
-        (key, lambda v, kind=kind: _kind_problem(kind, v), must)
+        (key, partial(_kind_problem, kind), must)
         if kind == "revoked" or kind not in _CHECKS
         else (key, _CHECKS[kind], must)
         for group, must in fields

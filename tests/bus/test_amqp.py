@@ -51,8 +51,11 @@ def list_queues() -> dict[str, dict[str, Any]]:
 @pytest.mark.slow  # rabbitmqctl takes most of a second per call
 def test_queue_arguments_ttl_and_lifetimes(make_bus: MakeBus, exchange: str) -> None:
     url = require_amqp()
+    # The direct queue has no consumer here, so the broker deletes it `direct_expires` after
+    # the declare: long enough that rabbitmqctl's start (seconds on a loaded machine) is not
+    # a race. With 7 s it failed under load, the queue gone before it was listed.
     bus = make_bus(
-        url, "n1", heartbeat_interval=0.75, max_incoming=300, direct_expires=7, direct_max=50
+        url, "n1", heartbeat_interval=0.75, max_incoming=300, direct_expires=120, direct_max=50
     )
     assert bus.events_queue.startswith(f"{exchange}.events.n1.")
     queues = list_queues()
@@ -62,7 +65,7 @@ def test_queue_arguments_ttl_and_lifetimes(make_bus: MakeBus, exchange: str) -> 
     assert events["exclusive"] is True and events["auto_delete"] is True
     direct = queues[f"{exchange}.direct.n1"]
     assert direct["arguments"] == {
-        "x-expires": 7000,
+        "x-expires": 120000,
         "x-max-length": 50,
         "x-overflow": "reject-publish",
     }
