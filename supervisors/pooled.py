@@ -174,14 +174,14 @@ class PooledProcess(Process):
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         # pykka's Actor.__init__, with a PooledInbox, Flags and a cheap URN.
         self.actor_urn = _new_urn()
-        self.actor_inbox = PooledInbox(self)  # type: ignore[assignment]
+        self.actor_inbox = PooledInbox(self)
         self.actor_stopped = Flag()  # type: ignore[assignment]
         self._actor_ref = ActorRef(self)
         self._sv_init(Flag(), Flag())
         self._sv_starting = True
 
     @staticmethod
-    def _create_actor_inbox() -> Any:  # type: ignore[override]
+    def _create_actor_inbox() -> Any:
         raise TypeError("a PooledProcess makes its mailbox in __init__")
 
     @classmethod

@@ -188,7 +188,7 @@ class Process(pykka.ThreadingActor):
         self._sv_parent_urn: str | None = None
 
     @staticmethod
-    def _create_actor_inbox() -> Inbox:  # type: ignore[override]
+    def _create_actor_inbox() -> Inbox:
         return Inbox()
 
     @staticmethod
@@ -199,7 +199,7 @@ class Process(pykka.ThreadingActor):
     # ----------------------------------------------------------------------------- starting
 
     @classmethod
-    def start(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:  # type: ignore[override]
+    def start(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:
         """Start the process and wait for `on_start()`.
 
         Returns the ActorRef, or None if `on_start()` raised `Ignore`. If `on_start()` raised

@@ -96,7 +96,7 @@ class Supervisor(Process):
         self._dynamic_keys = itertools.count()
 
     @classmethod
-    def start(  # type: ignore[override]
+    def start(
         cls, flags: SupFlags | None = None, children: Iterable[ChildSpec] = (), **kwargs: Any
     ) -> ActorRef[Any]:
         """Start the supervisor and all its children; returns once every child has started.
