@@ -136,7 +136,8 @@ class Sim:
         self._subscribed: dict[str, bool] = {}  # core name -> has nodeup/nodedown
         self.observers: list[Observer] = []
         self.steps = 0  # core invocations, the unit of "events" in invariants
-        self.timer_fires: list[tuple[float, str, str]] = []  # only while recording
+        self.core_steps: dict[str, int] = {}  # the same, per core name
+        self.timer_fires: list[tuple[float, str, str, str]] = []  # only while recording
         self.record_timers = False
         self.trace: deque[tuple[float, str, str, Any]] | list[tuple[float, str, str, Any]]
         self.trace = [] if trace_len is None else deque(maxlen=trace_len)
@@ -286,6 +287,7 @@ class Sim:
 
     def _invoke(self, node: SimNode, cname: str, effects: Any, what: str, detail: Any) -> None:
         self.steps += 1
+        self.core_steps[cname] = self.core_steps.get(cname, 0) + 1
         self.trace.append((self.now, node.name, what, detail))
         if effects:
             common = self._common
@@ -353,7 +355,7 @@ class Sim:
             return  # replaced or cancelled
         del node.timers[(cname, key)]
         if self.record_timers:
-            self.timer_fires.append((self.now, node.name, key))
+            self.timer_fires.append((self.now, node.name, key, cname))
         core = node.cores[cname]
         self._invoke(node, cname, core.timer(key, self.now, data), "timer", key)
 

@@ -78,6 +78,7 @@ def build(
     trace_len: int | None = 200,
     net: NetConfig | None = None,
     kind_factory: Any = NodeMonitorKind,
+    before_boot: Any = None,
 ) -> tuple[Sim, NodeMonitorInvariants]:
     """A Sim with the schedule's nodes booted at t=0 and its ops queued, plus the checker.
     `kind_factory(api, members, mode)` makes the node monitor kind (tests/sim/heal.py wraps
@@ -104,6 +105,8 @@ def build(
         sim.at(op.at, _apply, sim, checker, op)
     sim.at(schedule.heal_at, _heal_everything, sim, checker)
     sim.at(checker.live_from, checker.start_quiet)
+    if before_boot is not None:  # more kinds or observers (tests/sim/singleton.py)
+        before_boot(sim, kind)
     sim.boot(*members)
     return sim, checker
 
