@@ -41,6 +41,8 @@ from rabbitry.control import Conflict, ControlServer
 from rabbitry.node_config import NodeConfig
 from rabbitry.node_files import describe, node_run_dir, with_run_dir
 from rabbitry.observe import MetricsServer, NodeObserver, Observations
+from rabbitry.singleton.guard import with_singletons
+from rabbitry.singleton.service import SingletonService
 from rabbitry.ui import ManagementUI
 from supervisors import ChildSpec, Process, Supervisor, SupFlags, stop_pool
 
@@ -100,6 +102,7 @@ class _Parts:
         self.gossip: Any = None
         self.mnesia: Any = None
         self.metrics: Any = None
+        self.singletons: Any = None
 
 
 class NodeStats(Process):
@@ -286,6 +289,8 @@ class Node:
             children.append(ChildSpec("control", self._start_control, shutdown=5.0))
         if config.bus is not None:
             children.append(ChildSpec("gossip", self._start_gossip, shutdown=5.0))
+        # the singletons' leases: before app, whose singleton guards register with it
+        children.append(ChildSpec("singletons", self._start_singletons, shutdown=5.0))
         if config.tree is not None and not self._app_held:
             children.append(self._app_spec())
         children.append(ChildSpec("observer", self._start_observer, shutdown=2.0))
@@ -303,9 +308,27 @@ class Node:
         tree = self.config.tree
         assert tree is not None
         children = with_run_dir(tree.children, self.run_dir)
+        children = with_singletons(children, lambda: self.parts.singletons, self.run_dir)
         return ChildSpec(
             "app", (Supervisor, (tree.flags, children), {"name": "app"}), type="supervisor"
         )
+
+    def _start_singletons(self) -> Any:
+        config = self.config
+        self.parts.singletons = SingletonService.start_link(
+            self.parts.kernel,
+            self.parts.monitor,
+            config.data_dir,
+            lease=2 * config.net_ticktime,
+            role=config.role,
+        )
+        return self.parts.singletons
+
+    def singletons_status(self) -> dict[str, Any]:
+        """GET /singletons: where each singleton runs, with its token and expiry."""
+        if self.parts.singletons is None:
+            raise Conflict("the singleton service is not running on this node")
+        return self.parts.singletons.proxy().status().get(timeout=10)
 
     def _start_metrics(self) -> Any:
         self.parts.metrics = MetricsServer.start_link(self)
@@ -550,6 +573,7 @@ class Node:
             ("GET", "/cluster/ephemeral"): lambda _body: self._ephemeral(),
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,
+            ("GET", "/singletons"): lambda _body: self.singletons_status(),
         }
         ui = ManagementUI(self, routes)  # /ui/: the management page (docs/ui.md)
         routes[("POST", "/ui/token")] = ui.new_login

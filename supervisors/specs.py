@@ -86,6 +86,10 @@ class ChildSpec:
     `start` is a Process subclass, a `(cls, args, kwargs)` triple, or a callable that starts a
     Process and returns its ActorRef (or None, meaning "ignore": the child is not started).
     `shutdown` defaults to 5 s for a worker and "infinity" for a supervisor, as in OTP.
+
+    `singleton`, `singleton_lease` and `placement` are for a rabbitry node: there such a child
+    of the application tree runs on one core member of the cluster at a time (see
+    rabbitry.singleton). A plain supervisor runs it as any other child.
     """
 
     id: Hashable
@@ -95,6 +99,9 @@ class ChildSpec:
     type: ChildType = "worker"
     significant: bool = False
     args: tuple = field(default=(), repr=False)
+    singleton: bool = False
+    singleton_lease: float | None = None
+    placement: tuple[str, ...] = ()
     kwargs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +126,7 @@ class ChildSpec:
                 f"child {self.id!r}: bad combination: a significant child cannot be permanent "
                 "(use transient or temporary)"
             )
+        self._check_singleton()
         shutdown = self.shutdown
         if shutdown is None:
             shutdown = "infinity" if self.type == "supervisor" else DEFAULT_WORKER_SHUTDOWN
@@ -131,6 +139,31 @@ class ChildSpec:
         )
         object.__setattr__(self, "args", ())
         object.__setattr__(self, "kwargs", {})
+
+    def _check_singleton(self) -> None:
+        if not isinstance(self.singleton, bool):
+            raise TypeError(f"child {self.id!r}: singleton must be a bool; got {self.singleton!r}")
+        lease = self.singleton_lease
+        if lease is not None:
+            if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
+                raise ValueError(
+                    f"child {self.id!r}: singleton_lease must be seconds > 0; got {lease!r}"
+                )
+            if not self.singleton:
+                raise ValueError(
+                    f"child {self.id!r}: bad combination: singleton_lease without singleton: true"
+                )
+        placement = tuple(self.placement)
+        if not all(isinstance(n, str) and "@" in n for n in placement):
+            raise ValueError(
+                f"child {self.id!r}: placement must be a list of node names (name@host); "
+                f"got {list(placement)!r}"
+            )
+        if placement and not self.singleton:
+            raise ValueError(
+                f"child {self.id!r}: bad combination: placement without singleton: true"
+            )
+        object.__setattr__(self, "placement", placement)
 
     def describe_start(self) -> str:
         """The start target as "module:Name", for reports and `rabbitry tree check`."""

@@ -32,7 +32,17 @@ DEFAULT_GRACE = 5.0
 _TOP_KEYS = ("supervisor",)
 _FLAG_KEYS = ("strategy", "intensity", "period", "auto_shutdown", "children")
 _ROOT_KEYS = ("id", *_FLAG_KEYS)
-_COMMON_CHILD_KEYS = ("id", "restart", "shutdown", "type", "significant")
+# singleton, singleton_lease and placement: honoured by a rabbitry node (rabbitry.singleton)
+_COMMON_CHILD_KEYS = (
+    "id",
+    "restart",
+    "shutdown",
+    "type",
+    "significant",
+    "singleton",
+    "singleton_lease",
+    "placement",
+)
 _KIND_KEYS = {
     "start": ("start", "args", "kwargs"),
     "command": ("command", "env", "cwd", "log_file", "pid_file", "grace"),
@@ -240,6 +250,7 @@ class _Ctx(ConfigChecker):
                 names=(*names, child_id),
             )
             start = (Supervisor, (sub_flags, sub_children), {})
+        singleton = self.singleton_options(item, path)
         try:
             return ChildSpec(
                 child_id,
@@ -248,15 +259,75 @@ class _Ctx(ConfigChecker):
                 shutdown=shutdown,
                 type=child_type,
                 significant=significant,
+                **singleton,
             )
         except (TypeError, ValueError) as exc:
             message = str(exc)
             prefix = f"child {child_id!r}: "
             message = message.removeprefix(prefix)
-            key = _field_in(message, ("restart", "shutdown", "type", "significant", "start"))
+            key = _field_in(
+                message,
+                (
+                    "restart",
+                    "shutdown",
+                    "type",
+                    "significant",
+                    "start",
+                    "singleton_lease",
+                    "placement",
+                    "singleton",
+                ),
+            )
             if key == "start":
                 key = kind
             self.fail(join(path, key) if key else path, message, at=(item, key), problem=message)
+
+    def singleton_options(self, item: dict, path: str) -> dict[str, Any]:
+        """singleton: true, with its optional singleton_lease (a duration) and placement (an
+        ordered list of node names), as ChildSpec takes them."""
+        if not any(key in item for key in ("singleton", "singleton_lease", "placement")):
+            return {}
+        singleton = item.get("singleton", False)
+        if not isinstance(singleton, bool):
+            self.fail(
+                join(path, "singleton"), "true or false", typed(singleton), at=(item, "singleton")
+            )
+        options: dict[str, Any] = {"singleton": singleton}
+        for key in ("singleton_lease", "placement"):
+            if key in item and not singleton:
+                self.fail(
+                    join(path, key),
+                    "singleton: true beside it",
+                    at=(item, key),
+                    problem=f"bad combination: {key} goes with singleton: true",
+                )
+        if "singleton_lease" in item:
+            value = item["singleton_lease"]
+            try:
+                lease = parse_duration(value)
+            except ValueError:
+                lease = -1.0
+            if not lease > 0:
+                self.fail(
+                    join(path, "singleton_lease"),
+                    "seconds > 0 (a number, or '500ms', '5s', '2m')",
+                    show(value),
+                    at=(item, "singleton_lease"),
+                )
+            options["singleton_lease"] = lease
+        if "placement" in item:
+            nodes = item["placement"]
+            if not isinstance(nodes, list) or not all(
+                isinstance(n, str) and "@" in n for n in nodes
+            ):
+                self.fail(
+                    join(path, "placement"),
+                    "a list of node names such as [a@host1, b@host2], most preferred first",
+                    typed(nodes),
+                    at=(item, "placement"),
+                )
+            options["placement"] = tuple(nodes)
+        return options
 
     def start_child(self, item: dict, path: str) -> tuple:
         cls = self.import_target(item, join(path, "start"))

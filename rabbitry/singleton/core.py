@@ -45,6 +45,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,7 @@ class Grant:
     token: int
     until: float
     info: dict[str, Any] = field(default_factory=dict)
+    confirmed: bool = False  # the holder said it won (or renews): an instance runs there
 
 
 @dataclass
@@ -101,7 +103,7 @@ class Claim:
     yes: set[str] = field(default_factory=set)
     no: set[str] = field(default_factory=set)
     expires: float = 0.0  # while held: this node's own reading when the lease ends
-    wait_left: float = 0.0  # the longest grant left that refused us this round
+    wait_left: float = 0.0  # the longest confirmed grant left that refused us this round
     holder_seen: str | None = None  # who refused us holds it
 
 
@@ -141,6 +143,9 @@ class SingletonCore:
         self.queries: dict[int, Query] = {}
         self._next_query = 0
         self.moves = 0  # instances started here
+        # jitter for retries after a duel of two candidates, from a generator of our own (a
+        # core reads no random source): seeded by the node's name, so replays are exact
+        self._jitter_state = (zlib.crc32(node.encode()) or 1) & 0xFFFFFFFF
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
@@ -216,6 +221,15 @@ class SingletonCore:
         out += [Send(m, NAME, free) for m in self.members if m != self.node]
         return out
 
+    def _jitter(self, scale: float) -> float:
+        """A pseudo-random delay in [0, scale) (xorshift32)."""
+        x = self._jitter_state
+        x ^= (x << 13) & 0xFFFFFFFF
+        x ^= x >> 17
+        x ^= (x << 5) & 0xFFFFFFFF
+        self._jitter_state = x
+        return scale * (x / 0x100000000)
+
     def _rank_delay(self, claim: Claim) -> float:
         order = [n for n in claim.placement if n in self.running]
         order += [n for n in self.running if n not in order]
@@ -244,6 +258,7 @@ class SingletonCore:
             "round": claim.round,
             "lease": claim.lease,
             "info": claim.info,
+            "renew": renew,
         }
         out: list[SingletonEffect] = [SetTimer(f"round:{claim.key}", claim.lease / 3, claim.round)]
         for member in self.members:
@@ -264,7 +279,8 @@ class SingletonCore:
             claim.yes.add(sender)
         else:
             claim.no.add(sender)
-            claim.wait_left = max(claim.wait_left, float(msg.get("left") or 0.0))
+            if msg.get("confirmed"):
+                claim.wait_left = max(claim.wait_left, float(msg.get("left") or 0.0))
             holder = msg.get("holder")
             if holder and holder != self.node:
                 claim.holder_seen = holder
@@ -292,6 +308,9 @@ class SingletonCore:
             claim.phase = "held"
             self.moves += 1
             out.append(StartInstance(claim.key, claim.token, left, dict(claim.info)))
+            held = {"v": VERSION, "t": "held", "key": claim.key, "token": claim.token}
+            out += [Send(m, NAME, held) for m in self.members if m != self.node]
+            self._on_held(self.node, held)
             out.append(Log.info(f"singleton {claim.key}: holding it here, token {claim.token}"))
         claim.round += 1  # late answers of this round change nothing
         return out
@@ -318,7 +337,12 @@ class SingletonCore:
             if self.node in claim.yes:
                 self._on_release(self.node, {"key": claim.key, "token": claim.token})
         claim.round += 1
-        retry = claim.wait_left + HANDOVER_STEP if claim.wait_left else claim.lease / 3
+        if claim.wait_left:  # an instance runs elsewhere: ask again once its grant ends
+            retry = claim.wait_left + HANDOVER_STEP
+        elif claim.no:  # another candidate, or an acceptor that restarted: a duel, jittered
+            retry = HANDOVER_STEP + self._jitter(claim.lease / 4)
+        else:  # no answer from a majority: a cut; try again at the renewal pace
+            retry = claim.lease / 3
         if held and not taken:
             retry = min(retry, claim.lease / 6)  # renew again soon, before the lease ends
         out += self._after(claim.key, retry + self._rank_delay(claim))
@@ -406,7 +430,15 @@ class SingletonCore:
         ):
             ok = True
         if ok:
-            self.grants[key] = Grant(sender, token, now + lease, dict(msg.get("info") or {}))
+            confirmed = bool(msg.get("renew")) or (
+                grant is not None
+                and grant.confirmed
+                and grant.holder == sender
+                and grant.token == token
+            )
+            self.grants[key] = Grant(
+                sender, token, now + lease, dict(msg.get("info") or {}), confirmed
+            )
             if token > self.max_token:
                 self.max_token = token
                 out.append(PersistTokens(self.max_token, max(lease, self.default_lease)))
@@ -421,6 +453,7 @@ class SingletonCore:
             "max_token": self.max_token,
             "holder": current.holder if current is not None and left > 0 else None,
             "left": left,
+            "confirmed": bool(current is not None and left > 0 and current.confirmed),
         }
         if local:
             return out + self._on_ack(self.node, answer, now)
@@ -430,6 +463,12 @@ class SingletonCore:
         grant = self.grants.get(msg["key"])
         if grant is not None and grant.holder == sender and grant.token == msg["token"]:
             del self.grants[msg["key"]]
+        return []
+
+    def _on_held(self, sender: str, msg: dict[str, Any], now: float = 0.0) -> list[SingletonEffect]:
+        grant = self.grants.get(msg["key"])
+        if grant is not None and grant.holder == sender and grant.token == msg["token"]:
+            grant.confirmed = True
         return []
 
     def _on_free(self, sender: str, msg: dict[str, Any], now: float) -> list[SingletonEffect]:
@@ -456,7 +495,7 @@ class SingletonCore:
 
     def _where(self, key: str, now: float) -> dict[str, Any]:
         grant = self.grants.get(key)
-        if grant is None or now >= grant.until or self.role != "core":
+        if grant is None or now >= grant.until or self.role != "core" or not grant.confirmed:
             return {"holder": None, "token": 0}
         return {"holder": grant.holder, "token": grant.token, "info": grant.info}
 
@@ -526,7 +565,7 @@ class SingletonCore:
         grants = {
             key: {"holder": g.holder, "token": g.token, "left": round(g.until - now, 3)}
             for key, g in self.grants.items()
-            if now < g.until
+            if now < g.until and g.confirmed
         }
         return {
             "node": self.node,
@@ -554,6 +593,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "ack": {"key": str, "round": int, "ok": bool, "max_token": int},
     "release": {"key": str, "token": int},
     "free": {"key": str},
+    "held": {"key": str, "token": int},
     "whereis": {"key": str, "q": int},
     "where": {"q": int},
 }
@@ -585,6 +625,7 @@ _HANDLERS: dict[str, Any] = {
     "ack": SingletonCore._on_ack,
     "release": lambda core, sender, msg, now: core._on_release(sender, msg),
     "free": SingletonCore._on_free,
+    "held": SingletonCore._on_held,
     "whereis": SingletonCore._on_whereis,
     "where": SingletonCore._on_where,
 }
