@@ -320,6 +320,10 @@ class ControlClient:
         until forgotten after forget_ephemeral_after)."""
         return self._request("GET", "/cluster/ephemeral")
 
+    def singletons(self) -> dict[str, Any]:
+        """GET /singletons: where each cluster singleton runs (token, lease expiry)."""
+        return self._request("GET", "/singletons")
+
     def leave(self) -> dict[str, Any]:
         return self._request("POST", "/cluster/leave", {})
 

@@ -1,4 +1,5 @@
-"""`rabbitry cluster status|join|leave|forget|ui`: talk to a running node's control API."""
+"""`rabbitry cluster status|join|leave|forget|singletons|ui`: talk to a running node's control
+API."""
 
 from __future__ import annotations
 
@@ -85,6 +86,18 @@ def register(commands: Any) -> None:
     forget.add_argument("node", help="the member to forget, such as c@127.0.0.1")
     _add_target(forget)
     forget.set_defaults(handler=lambda a: _action(a, lambda c: c.forget(a.node)))
+
+    singletons = sub.add_parser(
+        "singletons",
+        help="where each cluster singleton runs, with its fencing token and lease expiry",
+        description="Ask a node where each `singleton: true` child of the application tree "
+        "runs now, as far as its lease acceptor knows: the holder, its fencing token and the "
+        "wall-clock end of its lease. docs/singletons.md describes singletons.",
+        formatter_class=HelpFormatter,
+    )
+    _add_target(singletons)
+    singletons.add_argument("--json", action="store_true", help="print the JSON answer as is")
+    singletons.set_defaults(handler=singletons_command, help_parser=singletons)
 
     ui = sub.add_parser(
         "ui",
@@ -290,6 +303,38 @@ def _action(args: argparse.Namespace, call: Any) -> int:
         return 1
     print(json.dumps(result, indent=2) if not isinstance(result, str) else result)
     return 0
+
+
+def singletons_command(args: argparse.Namespace) -> int:
+    try:
+        answer = _client(args).singletons()
+    except ControlError as exc:
+        print(f"rabbitry cluster singletons: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True))
+        return 0
+    print(format_singletons(answer))
+    return 0
+
+
+def format_singletons(answer: dict[str, Any]) -> str:
+    """One line per singleton: where it runs, its token and how long its lease has left."""
+    rows = answer.get("singletons") or {}
+    if not rows:
+        return f"{answer.get('node')}: no singletons in this cluster's application tree"
+    now = time.time()
+    lines = [f"singletons, as {answer.get('node')} sees them:"]
+    for name, entry in sorted(rows.items()):
+        if not entry.get("node"):
+            lines.append(f"  {name:<24} not running now (no lease held)")
+            continue
+        left = float(entry.get("expires") or 0) - now
+        lines.append(f"  {name:<24} on {entry['node']}  token {entry['token']}  lease {left:+.1f}s")
+    names = answer.get("global_names") or {}
+    for name, node in sorted(names.items()):
+        lines.append(f"  global {name:<17} on {node}")
+    return "\n".join(lines)
 
 
 def ui_command(args: argparse.Namespace) -> int:

@@ -72,6 +72,7 @@ class NodeCollector:
         yield from self._gossip(gathered)
         yield from self._failover(gathered)
         yield from self._mnesia(gathered)
+        yield from self._singletons(gathered)
         yield from self._scrape(gathered)
 
     # ------------------------------------------------------------------ families
@@ -329,6 +330,43 @@ class NodeCollector:
         for table, info in sorted(store.get("tables", {}).items()):
             copies.add_metric([table], len(info.get("active", [])))
         yield copies
+
+    def _singletons(self, gathered: Gathered) -> Iterator[Metric]:
+        st = gathered.get("singletons")
+        if st is None:
+            return
+        holder = GaugeMetricFamily(
+            "rabbitry_singleton_holder_info",
+            "1 for each cluster singleton, labelled with the node that holds its lease now "
+            "(as this node's lease acceptor knows; empty while none holds it).",
+            labels=["singleton", "holder"],
+        )
+        here = GaugeMetricFamily(
+            "rabbitry_singleton_held",
+            "1 while this node runs the singleton's instance.",
+            labels=["singleton"],
+        )
+        token = GaugeMetricFamily(
+            "rabbitry_singleton_token",
+            "The fencing token of the singleton's current instance (it only grows).",
+            labels=["singleton"],
+        )
+        held_here = set(st.get("held_here", []))
+        for name, entry in sorted(st.get("singletons", {}).items()):
+            holder.add_metric([name, entry.get("node") or ""], 1)
+            here.add_metric([name], 1 if name in held_here else 0)
+            if entry.get("token") is not None:
+                token.add_metric([name], entry["token"])
+        yield holder
+        yield here
+        yield token
+        moves = CounterMetricFamily(
+            "rabbitry_singleton_starts",
+            "Singleton instances this node started (each start after a move, a handover or a "
+            "lost lease).",
+        )
+        moves.add_metric([], st.get("moves", 0))
+        yield moves
 
     def _scrape(self, gathered: Gathered) -> Iterator[Metric]:
         part_up = GaugeMetricFamily(

@@ -31,6 +31,10 @@ def node_parts(node: Any) -> dict[str, Callable[[], Any]]:
         parts["gossip"] = lambda: node.parts.gossip.proxy().status().get(timeout=PART_TIMEOUT)
     if node.parts.mnesia is not None:
         parts["mnesia"] = lambda: mnesia_status(node)
+    if getattr(node.parts, "singletons", None) is not None:
+        parts["singletons"] = lambda: (
+            node.parts.singletons.proxy().status().get(timeout=PART_TIMEOUT)
+        )
     return parts
 
 

@@ -425,6 +425,12 @@ class SingletonCore:
         elif live and grant is not None:  # the holder renews (or moves to a newer token)
             if token >= grant.token:
                 ok = True
+        elif msg.get("renew"):
+            # A holder renews only while its lease is valid, so no other node can hold a
+            # majority now: the renewal is safe to grant even where we have no record of it
+            # (our grant ran out, or we restarted and stayed quiet for a lease), as long as
+            # no newer holder is on record here. It brings no new token.
+            ok = grant is None or grant.holder == sender or grant.token < token
         elif token > self.max_token or (
             grant is not None and grant.holder == sender and token == grant.token
         ):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,3 +185,30 @@ def test_graceful_stop_hands_it_over(singleton_cluster: Any) -> None:
     c.wait_until_formed(timeout=30)
     st = c.client(other).request("GET", "/singletons")
     assert st["singletons"]["scheduler"]["token"] >= token2
+
+
+def test_cli_and_metrics_say_where_it_runs(singleton_cluster: Any) -> None:
+    c = singleton_cluster
+    node, token = wait_new_holder(c, "a", 0)
+    url = c.client("a").url
+    cookie = c.root / "cookie"
+    cmd = [sys.executable, "-m", "rabbitry", "cluster", "singletons", "--control"]
+    text = subprocess.run(
+        [*cmd, url, "--cookie-file", str(cookie)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "scheduler" in text.stdout and node in text.stdout, text.stdout
+    raw = subprocess.run(
+        [*cmd, url, "--cookie-file", str(cookie), "--json"],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=60,
+    )
+    answer = json.loads(raw.stdout)
+    assert answer["singletons"]["scheduler"]["node"] == node
+    assert answer["singletons"]["scheduler"]["token"] >= token
