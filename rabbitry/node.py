@@ -252,8 +252,8 @@ class Node:
             state = "stopped"
             if self._root_ready.is_set():
                 for child in self.root.proxy().which_children().get(timeout=10):
-                    if child.id == "app":
-                        state = "restarting" if child.ref == "restarting" else "running"
+                    if child.id == "app":  # a paused node keeps the spec, without a process
+                        state = _app_state(child.ref)
         tree = self.config.tree
         return {
             "node": self.config.node,
@@ -706,3 +706,11 @@ def wait_ready(node: Node, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _app_state(ref: Any) -> str:
+    """The app child's state from its ChildInfo ref: None is a stopped child (a paused node
+    terminated it and keeps its spec), as OTP's `undefined` pid."""
+    if ref is None:
+        return "stopped"
+    return "restarting" if ref == "restarting" else "running"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from rabbitry.cli import main
 from rabbitry.control import ControlClient
 from rabbitry.testing.launcher import Launcher, NodeSpec, OsNode
 
@@ -121,7 +122,9 @@ def test_three_nodes_form_the_cluster_and_report_it(cluster: Any) -> None:
     assert status["all"] == list(NAMES) and status["paused"] is False
 
 
-def test_pause_minority_pauses_the_node_left_alone_and_resumes_it(cluster: Any) -> None:
+def test_pause_minority_pauses_the_node_left_alone_and_resumes_it(
+    cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     c = cluster("pause_minority")
     c.start()
     a, b, cc = NAMES
@@ -130,6 +133,11 @@ def test_pause_minority_pauses_the_node_left_alone_and_resumes_it(cluster: Any) 
     c.nodes[cc].pause()
     c.wait_for("a paused", lambda: c.status(a)["paused"] is True)
     c.nodes[a].wait_for(r"shutdown supervisor=a@127\.0\.0\.1 child=app", stream="stderr")
+    # The app, the CLI and the page agree: a paused node's application is stopped (issue 27).
+    assert c.clients[a].app()["state"] == "stopped"
+    assert main(["cluster", "status", "--config", str(c.root / "a.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "paused         yes" in out and "application    stopped" in out, out
     c.nodes[b].resume()
     c.nodes[cc].resume()
     c.wait_for("a resumed", lambda: c.status(a)["paused"] is False, timeout=30)
