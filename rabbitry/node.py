@@ -571,8 +571,14 @@ class Node:
         return any(child.id == "app" for child in self.root.proxy().which_children().get())
 
     def _pause_app(self) -> None:
-        if self.config.tree is not None and self._has_app_child():
-            self.root.proxy().terminate_child("app").get()
+        try:
+            if self.config.tree is not None and self._has_app_child():
+                self.root.proxy().terminate_child("app").get()
+        except ActorDeadError:
+            if self.root.is_alive():
+                raise
+            # The node is stopping (its peers going down too made the monitor pause): the
+            # root has ended, and it stopped the application first. Nothing is left to pause.
 
     def _resume_app(self) -> None:
         if self.config.tree is None:

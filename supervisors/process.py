@@ -27,6 +27,7 @@ import pykka
 from pykka import ActorDeadError, ActorRef
 
 from supervisors import registry
+from supervisors.crash_log import log_crash
 from supervisors.errors import CallerError
 from supervisors.future import LatchFuture
 from supervisors.inbox import Inbox
@@ -529,7 +530,8 @@ class Process(pykka.ThreadingActor):
         self._sv_terminate(reason)
 
     def _sv_crash(self, exc: BaseException, exc_info: Any) -> None:
-        pykka_log.error("Unhandled exception in %s:", self, exc_info=exc_info)
+        # Under a parent (a supervisor, which reports the crash): the traceback once per site.
+        log_crash(pykka_log, self, exc_info, supervised=self._sv_parent_urn is not None)
         try:
             self.on_failure(*exc_info)
         except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -267,3 +268,24 @@ def test_an_alarm_on_one_node_shows_in_every_status(tmp_path: Path) -> None:
         assert clients[a].status()["alarms"].get(b) == ["disk"]
         assert not clients[a].status()["alarms"].get(a)
         assert clients[b].status()["alarms"].get(b) == ["disk"]
+
+
+def test_a_first_boot_and_a_full_stop_read_as_they_are(cluster: Any) -> None:
+    """Issue 27: the first boot starts the application (it does not "resume" it), `node up`
+    lines name the node, and stopping every node at once logs no error (a node that sees its
+    peers go while it stops has nothing left to pause)."""
+    c = cluster("pause_minority")
+    c.start()
+    a = NAMES[0]
+    c.wait_for("all running", lambda: all(c.status(n)["running"] == list(NAMES) for n in NAMES))
+    for name in NAMES:
+        c.nodes[name].signal(signal.SIGTERM)
+    for name in NAMES:
+        assert c.nodes[name].stop(grace=20) == 0
+    for name in NAMES:
+        lines = c.nodes[name].stderr()
+        assert any("starting the application" in line for line in lines), lines
+        assert not any("resuming the application" in line for line in lines), lines
+        assert not any(" ERROR " in line or "Traceback" in line for line in lines), lines
+    up = [line for line in c.nodes[a].stderr() if "monitors.node_monitor: node up" in line]
+    assert up and all("node=" in line for line in up), up
