@@ -43,6 +43,7 @@ log = logging.getLogger("supervisors.process")
 # Crashes are logged as pykka logs them, on its logger and in its words, so that log filters
 # written for pykka actors ("Unhandled exception in ...") also catch Processes.
 pykka_log = logging.getLogger("pykka")
+SEND_AFTER_THREAD = "supervisors-send-after"  # the name of every send_after timer thread
 
 _ALIVE: Any = object()
 _local = threading.local()
@@ -313,6 +314,7 @@ class Process(pykka.ThreadingActor):
         timer = threading.Timer(max(0.0, float(seconds)), self._sv_timer_fired)
         timer.args = (timer, message)
         timer.daemon = True
+        timer.name = SEND_AFTER_THREAD  # so a thread dump (or a leak check) can tell them apart
         with self._sv_lock:
             if self._sv_reason is not _ALIVE:
                 return timer  # never started: the process has ended
