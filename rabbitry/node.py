@@ -597,10 +597,13 @@ class Node:
         """Autoheal's weight: the application's running children (0 when paused)."""
         if self.config.tree is None or self.root is None:
             return 0
-        for child in self.root.proxy().which_children().get(timeout=5):
+        # 1 s, not more: while the node stops, the root is busy stopping its children (this
+        # asker, node_stats, among them: shutdown 2 s) and cannot answer. A longer wait made
+        # node_stats miss its shutdown time and be killed (a shutdown_error at every stop).
+        for child in self.root.proxy().which_children().get(timeout=1):
             if child.id == "app" and child.ref is not None and child.ref != "restarting":
                 try:
-                    return child.ref.proxy().count_children().get(timeout=5)["active"]
+                    return child.ref.proxy().count_children().get(timeout=1)["active"]
                 except ActorDeadError:  # a pause stopped it between the two calls
                     return 0
         return 0

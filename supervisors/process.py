@@ -161,8 +161,10 @@ class Process(pykka.ThreadingActor):
     """
 
     trap_exit: bool = False
-    # True: put in pykka's ActorRegistry at start, as a pykka actor is (see registry.py).
-    register_in_actor_registry: ClassVar[bool] = False
+    # Put in pykka's ActorRegistry at start, as a pykka actor is, so get_by_class, broadcast
+    # and stop_all find it (see registry.py). PooledProcess sets it False: a pooled process
+    # is meant to cost little, and a hundred thousand of them would fill the registry.
+    register_in_actor_registry: ClassVar[bool] = True
     # Threads of killed processes may be stuck in user code forever; they must not keep the
     # interpreter alive at exit.
     use_daemon_thread: ClassVar[bool] = True
