@@ -83,6 +83,7 @@ class ConfigurationClientCore:
         self.master: str | None = None  # what our master file says (we are its only writer)
         self.file_known = False  # read it, or wrote it since we started
         self.connected = True
+        self._bus_connecting = False  # bus_down(at_start=True): the first connect is pending
         self.started = False
         self.stopped = False
         self._req = 0
@@ -123,18 +124,22 @@ class ConfigurationClientCore:
         self._checks.clear()
         return [CancelTimer(TIMER_HEARTBEAT)]
 
-    def bus_down(self, now: float) -> list[FailoverEffect]:
+    def bus_down(self, now: float, *, at_start: bool = False) -> list[FailoverEffect]:
+        """`at_start`: the bus is still making its first connection: no outage, no warning."""
         self.connected = False
-        return [Log.warning("RCC: bus disconnected")]
+        self._bus_connecting = at_start
+        return [] if at_start else [Log.warning("RCC: bus disconnected")]
 
     def bus_up(self, now: float) -> list[FailoverEffect]:
         if self.connected:
             return []
         self.connected = True
+        text = "RCC: bus connected" if self._bus_connecting else "RCC: bus reconnected"
+        self._bus_connecting = False
         if self.stopped or not self.started:
             return []
         # what the RCS sent meanwhile is lost: announce ourselves, it answers with reconfigure
-        return [Log.info("RCC: bus reconnected"), self._message(m.CLIENT_STARTED, self.max_token)]
+        return [Log.info(text), self._message(m.CLIENT_STARTED, self.max_token)]
 
     # ---- helpers ------------------------------------------------------------------------------
 

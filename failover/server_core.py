@@ -221,6 +221,7 @@ class ConfigurationServerCore:
         self.max_heard: Token = NO_TOKEN
         self.phase = STANDBY
         self.connected = True
+        self._bus_connecting = False  # bus_down(at_start=True): the first connect is pending
         self.now = 0.0
 
         self.master: str | None = None
@@ -425,20 +426,24 @@ class ConfigurationServerCore:
         )
         return [*out, Log.warning(text, why=why, term=self.term)]
 
-    def bus_down(self, now: float) -> list[FailoverEffect]:
+    def bus_down(self, now: float, *, at_start: bool = False) -> list[FailoverEffect]:
         """We cannot hear the clients: what they reported no longer confirms our term (a
-        successor may have taken over while we were cut off)."""
+        successor may have taken over while we were cut off). `at_start`: the bus is still
+        making its first connection, which is no outage and not worth a warning."""
         self.now = now
         self.connected = False
         self.reports.clear()
-        return [Log.warning("RCS: bus disconnected")]
+        self._bus_connecting = at_start
+        return [] if at_start else [Log.warning("RCS: bus disconnected")]
 
     def bus_up(self, now: float) -> list[FailoverEffect]:
         self.now = now
         if self.connected:
             return []
         self.connected = True
-        out: list[FailoverEffect] = [Log.info("RCS: bus reconnected")]
+        text = "RCS: bus connected" if self._bus_connecting else "RCS: bus reconnected"
+        self._bus_connecting = False
+        out: list[FailoverEffect] = [Log.info(text)]
         if self.active and self.phase == WATCHING and self.master_available:
             out += self._announce(now)
         elif self.active and self.phase == CENSUS and self._round_token is not None:
@@ -565,14 +570,17 @@ class ConfigurationServerCore:
         self._servers_only = True
         return self._detect(now)
 
-    def _census_incomplete(self, now: float) -> list[FailoverEffect]:
+    def _census_incomplete(
+        self, now: float, infos: dict[str, ServerInfo | None]
+    ) -> list[FailoverEffect]:
         missing = sorted(self._clients - self._answered)
         out: list[FailoverEffect] = []
         if not self._census_note:
             self._census_note = True
             out += self._notify(
                 f"Redis master not determined yet: no answer from clients {missing}, their "
-                f"master files are empty, and the servers do not name exactly one master"
+                f"master files are empty, and the servers do not name exactly one master "
+                f"({self._servers_seen(infos)})"
             )
         self.phase = NO_MASTER
         self.no_master_reason = f"waiting for clients {missing}"
@@ -613,7 +621,7 @@ class ConfigurationServerCore:
                 head = Log.info("RCS: master auto-detected", master=x)
                 return [head, *self._watching(infos, now)]
         if servers_only:
-            return self._census_incomplete(now)
+            return self._census_incomplete(now, infos)
         if not masters:
             why = "no server is a master"
         elif len(masters) > 1:
@@ -628,10 +636,28 @@ class ConfigurationServerCore:
             )
         out: list[FailoverEffect] = []
         if self.no_master_reason != why:
-            out += self._notify(f"Redis master could not be determined: {why}")
+            out += self._notify(
+                f"Redis master could not be determined: {why} ({self._servers_seen(infos)})"
+            )
         self.no_master_reason = why
         self.phase = NO_MASTER
         return [*out, SetTimer(TIMER_DETECT, self.master_retry_interval)]
+
+    def _servers_seen(self, infos: dict[str, ServerInfo | None]) -> str:
+        """What each server answered, for a log line a newcomer can act on: "connection
+        refused" (nothing listens: not started, or gone), "no answer in time" (hung, a lost
+        link, or an error reply), or its role."""
+        seen = []
+        for s in self.servers:
+            info = infos.get(s)
+            if info is not None:
+                what = info.role if info.master is None else f"{info.role} of {info.master}"
+            elif s in self.refused:
+                what = "connection refused"
+            else:
+                what = f"no answer in time ({self.redis_timeout:g} s)"
+            seen.append(f"{s}: {what}")
+        return "; ".join(seen)
 
     def _watching(self, infos: dict[str, ServerInfo | None], now: float) -> list[FailoverEffect]:
         """The master is a reachable master: watch it, announce it, tidy the others."""
@@ -762,7 +788,7 @@ class ConfigurationServerCore:
         if info is None and self.master in self.refused and self._fast:
             return self._master_refused(now)
         if info is None:
-            why = "refused" if self.master in self.refused else "no answer"
+            why = "connection refused" if self.master in self.refused else "no answer in time"
         else:
             why = f"a {info.role}, following {info.master}"
         return self._master_failed(now, why)
@@ -1066,7 +1092,13 @@ class ConfigurationServerCore:
                 out = (
                     []
                     if report is None
-                    else [Log.warning("RCS: no answer from Redis; trying again", **report.fields())]
+                    else [
+                        Log.warning(
+                            f"RCS: asking the Redis servers timed out (no answer within "
+                            f"{self.redis_timeout:g} s); trying again",
+                            **report.fields(),
+                        )
+                    ]
                 )
                 return [*out, *self._detect(now)]
             if self.phase in (SWITCHING, PROMOTING):

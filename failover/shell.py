@@ -212,7 +212,7 @@ class _FailoverShell(Process):
         # empty file waited for the RCS's periodic reconfigure (reconfigure_interval). Checked
         # after adding the listener: a connection made meanwhile still arrives as a bus_up.
         if not self.bus.connected and self.core is not None:
-            self._perform(self.core.bus_down(time.time()))
+            self._perform(self.core.bus_down(time.time(), at_start=True))
 
     def _shutdown(self) -> None:
         self._timers.clear()

@@ -95,8 +95,9 @@ class ShellEffects:
         self._kernel.disconnect(effect.node)
 
     def _write_log(self, effect: Log) -> None:
-        if self._log_prefix is None:
-            self._log.log(effect.level, "%s", effect.text, extra={"fields": effect.fields})
+        if self._log_prefix is None:  # the fields on the line too: "node up node=b@h"
+            shown = "".join(f" {key}={value}" for key, value in effect.fields.items())
+            self._log.log(effect.level, "%s%s", effect.text, shown, extra={"fields": effect.fields})
         else:
             self._log.log(effect.level, f"{self._log_prefix}: %s %s", effect.text, effect.fields)
 

@@ -95,7 +95,13 @@ class Greeter(Periodic):
 
 
 class FlakyCrash(RuntimeError):
-    """The exception Flaky crashes with, so that it is easy to tell apart from a real bug."""
+    """The exception Flaky crashes with, so that it is easy to tell apart from a real bug.
+
+    `deliberate = True`: the crash report says `deliberate=True` at INFO, and the traceback is
+    logged at DEBUG only (supervisors.crash_log), so an example does not look like an incident.
+    """
+
+    deliberate = True
 
 
 class Flaky(Periodic):

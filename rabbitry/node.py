@@ -255,8 +255,8 @@ class Node:
             state = "stopped"
             if self._root_ready.is_set():
                 for child in self.root.proxy().which_children().get(timeout=10):
-                    if child.id == "app":
-                        state = "restarting" if child.ref == "restarting" else "running"
+                    if child.id == "app":  # a paused node keeps the spec, without a process
+                        state = _app_state(child.ref)
         tree = self.config.tree
         return {
             "node": self.config.node,
@@ -595,8 +595,14 @@ class Node:
         return any(child.id == "app" for child in self.root.proxy().which_children().get())
 
     def _pause_app(self) -> None:
-        if self.config.tree is not None and self._has_app_child():
-            self.root.proxy().terminate_child("app").get()
+        try:
+            if self.config.tree is not None and self._has_app_child():
+                self.root.proxy().terminate_child("app").get()
+        except ActorDeadError:
+            if self.root.is_alive():
+                raise
+            # The node is stopping (its peers going down too made the monitor pause): the
+            # root has ended, and it stopped the application first. Nothing is left to pause.
 
     def _resume_app(self) -> None:
         if self.config.tree is None:
@@ -615,10 +621,13 @@ class Node:
         """Autoheal's weight: the application's running children (0 when paused)."""
         if self.config.tree is None or self.root is None:
             return 0
-        for child in self.root.proxy().which_children().get(timeout=5):
+        # 1 s, not more: while the node stops, the root is busy stopping its children (this
+        # asker, node_stats, among them: shutdown 2 s) and cannot answer. A longer wait made
+        # node_stats miss its shutdown time and be killed (a shutdown_error at every stop).
+        for child in self.root.proxy().which_children().get(timeout=1):
             if child.id == "app" and child.ref is not None and child.ref != "restarting":
                 try:
-                    return child.ref.proxy().count_children().get(timeout=5)["active"]
+                    return child.ref.proxy().count_children().get(timeout=1)["active"]
                 except ActorDeadError:  # a pause stopped it between the two calls
                     return 0
         return 0
@@ -730,3 +739,11 @@ def wait_ready(node: Node, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _app_state(ref: Any) -> str:
+    """The app child's state from its ChildInfo ref: None is a stopped child (a paused node
+    terminated it and keeps its spec), as OTP's `undefined` pid."""
+    if ref is None:
+        return "stopped"
+    return "restarting" if ref == "restarting" else "running"

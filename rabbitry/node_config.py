@@ -499,6 +499,14 @@ class _NodeChecker(ConfigChecker):
 
     def tree(self, data: dict) -> TreeSpec | None:
         tree_path = self.path_value(data, "", "tree")
+        if tree_path and not Path(tree_path).is_file():  # name the key, not just the file
+            self.fail(
+                "tree",
+                "a tree file (docs/tree-files.md)",
+                problem=f"{tree_path} does not exist; expected a tree file (relative paths are "
+                "taken from this config file's directory)",
+                at=(data, "tree"),
+            )
         return load_tree(tree_path) if tree_path else None
 
     def gossip(self, data: dict) -> GossipOptions:

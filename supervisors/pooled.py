@@ -166,6 +166,9 @@ class PooledProcess(Process):
     """
 
     throughput: ClassVar[int] = 5
+    # Not in pykka's ActorRegistry unless a subclass says True: registering costs a lock and a
+    # table entry per process, which is what a pooled process is meant to save.
+    register_in_actor_registry: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

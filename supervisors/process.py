@@ -28,6 +28,7 @@ import pykka.messages
 from pykka import ActorDeadError, ActorRef
 
 from supervisors import registry
+from supervisors.crash_log import log_crash
 from supervisors.errors import CallerError
 from supervisors.future import LatchFuture
 from supervisors.inbox import Inbox
@@ -42,6 +43,7 @@ log = logging.getLogger("supervisors.process")
 # Crashes are logged as pykka logs them, on its logger and in its words, so that log filters
 # written for pykka actors ("Unhandled exception in ...") also catch Processes.
 pykka_log = logging.getLogger("pykka")
+SEND_AFTER_THREAD = "supervisors-send-after"  # the name of every send_after timer thread
 
 _ALIVE: Any = object()
 _local = threading.local()
@@ -160,8 +162,10 @@ class Process(pykka.ThreadingActor):
 
     trap_exit: bool = False
     actor_inbox: Inbox  # _create_actor_inbox's, which adds signals and closing to pykka's
-    # True: put in pykka's ActorRegistry at start, as a pykka actor is (see registry.py).
-    register_in_actor_registry: ClassVar[bool] = False
+    # Put in pykka's ActorRegistry at start, as a pykka actor is, so get_by_class, broadcast
+    # and stop_all find it (see registry.py). PooledProcess sets it False: a pooled process
+    # is meant to cost little, and a hundred thousand of them would fill the registry.
+    register_in_actor_registry: ClassVar[bool] = True
     # Threads of killed processes may be stuck in user code forever; they must not keep the
     # interpreter alive at exit.
     use_daemon_thread: ClassVar[bool] = True
@@ -313,6 +317,7 @@ class Process(pykka.ThreadingActor):
         timer = threading.Timer(max(0.0, float(seconds)), self._sv_timer_fired)
         timer.args = (timer, message)
         timer.daemon = True
+        timer.name = SEND_AFTER_THREAD  # so a thread dump (or a leak check) can tell them apart
         with self._sv_lock:
             if self._sv_reason is not _ALIVE:
                 return timer  # never started: the process has ended
@@ -530,7 +535,8 @@ class Process(pykka.ThreadingActor):
         self._sv_terminate(reason)
 
     def _sv_crash(self, exc: BaseException, exc_info: Any) -> None:
-        pykka_log.error("Unhandled exception in %s:", self, exc_info=exc_info)
+        # Under a parent (a supervisor, which reports the crash): the traceback once per site.
+        log_crash(pykka_log, self, exc_info, supervised=self._sv_parent_urn is not None)
         try:
             self.on_failure(*exc_info)
         except Exception:

@@ -1,15 +1,18 @@
-"""pykka's ActorRegistry, made cheap to leave, and opt-in registration of Processes.
+"""pykka's ActorRegistry, made cheap to leave, and registration of Processes.
 
+A Process is registered at start, as a pykka actor is: a user coming from pykka expects
+`ActorRegistry.get_by_class()` and `broadcast()` to find their actors. A PooledProcess is not
+(`register_in_actor_registry = False`), because registration costs a lock and an entry per
+process, which a pooled process is meant to save; `supervisors.processes()` lists them all.
 pykka keeps every started actor in `ActorRegistry._actor_refs`, a list: each unregister scans
-it, so stopping n actors costs O(n^2) (seconds for 10,000), which is why a Process is not put
-there by default (`supervisors.processes()` lists them). Two things make it usable anyway:
+it, so stopping n actors costs O(n^2) (seconds for 10,000). Two things make it cheap:
 
 - `RefTable` replaces that list with an insertion-ordered dict that answers the same calls
   pykka makes on it (append, remove, `in`, iteration, `[:]`, `reversed`), each in O(1) but
   the copies. It is installed when supervisors is imported; refs already registered stay.
   A ref registered twice is held once (pykka's list would hold it twice).
-- A Process class with `register_in_actor_registry = True` is registered at start, as a pykka
-  actor is, so `ActorRegistry.get_by_class()`, `broadcast()` and `stop_all()` see it. Any
+- A Process class with `register_in_actor_registry = True` (the default for Process, not for
+  PooledProcess) is registered at start, as a pykka actor is, so `ActorRegistry.get_by_class()`, `broadcast()` and `stop_all()` see it. Any
   Process in the registry, by that flag or by hand (`ActorRegistry.register(ref)`), is
   unregistered when it ends, however it ends.
 """

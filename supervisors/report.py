@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from supervisors.crash_log import is_deliberate
 from supervisors.reasons import format_reason
 
 logger = logging.getLogger("supervisors.report")
@@ -36,6 +37,9 @@ EVENTS = {
 def report(event: str, supervisor: str, child: Any = None, **fields: Any) -> None:
     """Emit one report. Fields named `reason` are rendered with format_reason."""
     level = EVENTS[event]
+    if event == "child_crashed" and is_deliberate(fields.get("reason")):
+        level = logging.INFO  # a crash on purpose (an example's) is not an incident
+        fields["deliberate"] = True
     logged = logger.isEnabledFor(level)
     if not logged and not _listeners:
         return

@@ -47,7 +47,7 @@ class _Child:
     `last` is the last ActorRef it ran as: a simple_one_for_one child that is restarting is
     still known to callers by that ref (OTP's {restarting, OldPid})."""
 
-    __slots__ = ("extra", "key", "last", "ref", "spec")
+    __slots__ = ("extra", "key", "last", "ref", "restarts", "spec")
 
     def __init__(self, key: Hashable, spec: ChildSpec, extra: tuple = ()) -> None:
         self.key = key
@@ -55,6 +55,7 @@ class _Child:
         self.ref: Any = None
         self.last: Any = None
         self.extra = extra
+        self.restarts = 0  # times restarted so far (shown in its crash reports)
 
 
 class _TryAgain:
@@ -221,7 +222,10 @@ class Supervisor(Process):
     def _child_exited(self, child: _Child, reason: Reason) -> None:
         spec = child.spec
         clean = is_clean_exit(reason)
-        report("child_exited" if clean else "child_crashed", self.name, spec.id, reason=reason)
+        if clean:
+            report("child_exited", self.name, spec.id, reason=reason)
+        else:  # one structured line per crash; crash_log shows the traceback once per site
+            report("child_crashed", self.name, spec.id, reason=reason, restarts=child.restarts)
         if spec.restart == "permanent" or (spec.restart == "transient" and not clean):
             self._restart(child, reason)
             return
@@ -287,6 +291,7 @@ class Supervisor(Process):
             if ref is None and self._simple:
                 self._dynamic.pop(member.key, None)
             elif ref is not None:
+                member.restarts += 1
                 report(
                     "child_restarted",
                     self.name,

@@ -50,20 +50,29 @@ __all__ = [
 # ---------------------------------------------------------------------------------- public
 
 
-def load_tree(path: str | os.PathLike[str]) -> TreeSpec:
+def load_tree(path: str | os.PathLike[str], *, check_files: bool = False) -> TreeSpec:
     """Read a YAML (.yaml/.yml) or TOML (.toml) tree file into a TreeSpec.
 
-    Raises TreeConfigError for any mistake, including a `start:` target that cannot be imported.
-    Relative `cwd`, `log_file` and `pid_file` values are taken relative to the file's directory.
+    Raises TreeConfigError for any mistake, including a `start:` target that cannot be imported
+    and args/kwargs that do not fit its __init__. Relative `cwd`, `log_file` and `pid_file`
+    values are taken relative to the file's directory. `check_files` (what `rabbitry tree check`
+    passes) also checks what only this host can say: that each command is on PATH and each cwd
+    exists.
     """
     path = Path(path)
     file = str(path)
     data = read_config_file(path, file, TreeConfigError)
-    return tree_from_mapping(data, file=file, base_dir=path.resolve().parent)
+    return tree_from_mapping(
+        data, file=file, base_dir=path.resolve().parent, check_files=check_files
+    )
 
 
 def tree_from_mapping(
-    data: Any, *, file: str = "<tree>", base_dir: str | os.PathLike[str] | None = None
+    data: Any,
+    *,
+    file: str = "<tree>",
+    base_dir: str | os.PathLike[str] | None = None,
+    check_files: bool = False,
 ) -> TreeSpec:
     """Check an already parsed tree (the mapping with the `supervisor` key) into a TreeSpec.
 
@@ -71,6 +80,7 @@ def tree_from_mapping(
     relative paths are resolved against.
     """
     ctx = _Ctx(file, Path(base_dir) if base_dir is not None else Path.cwd())
+    ctx.check_files = check_files
     if data is None:
         ctx.fail("", "a mapping with the root key 'supervisor'", "an empty file")
     if isinstance(data, dict) and not data:

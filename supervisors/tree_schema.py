@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import os
 import re
+import shutil
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +70,7 @@ class _Ctx(ConfigChecker):
     """Checks a tree file; see ConfigChecker."""
 
     error = TreeConfigError
+    check_files = False  # `tree check`: also what starting would find missing (see below)
 
     # ------------------------------------------------------------------- supervisors
 
@@ -239,7 +243,7 @@ class _Ctx(ConfigChecker):
                     "any_significant or all_significant, or significant: false",
                 )
         if kind == "start":
-            start = self.start_child(item, path)
+            start = self.start_child(item, path, template=flags.strategy == "simple_one_for_one")
         elif kind == "command":
             start = self.command_child(item, path, (*names, child_id), shutdown)
         else:
@@ -329,7 +333,7 @@ class _Ctx(ConfigChecker):
             options["placement"] = tuple(nodes)
         return options
 
-    def start_child(self, item: dict, path: str) -> tuple:
+    def start_child(self, item: dict, path: str, *, template: bool = False) -> tuple:
         cls = self.import_target(item, join(path, "start"))
         args: list = []
         if "args" in item:
@@ -360,7 +364,53 @@ class _Ctx(ConfigChecker):
                         show(key),
                         at=(kwargs, key),
                     )
+        self.check_signature(cls, args, kwargs, item, path, template=template)
         return (cls, tuple(plain(a) for a in args), {k: plain(v) for k, v in kwargs.items()})
+
+    def check_signature(
+        self, cls: type, args: list, kwargs: dict, item: dict, path: str, *, template: bool
+    ) -> None:
+        """args and kwargs must fit the class's __init__, so that a misspelt keyword is a
+        config error at load time (`tree check` and `node start` exit 2), not a TypeError
+        inside a StartChildError when the tree starts. A simple_one_for_one template gets
+        more args from start_child, so only what it has is checked there."""
+        try:
+            signature = inspect.signature(cls)
+        except (TypeError, ValueError):  # a C class or an odd metaclass: nothing to check
+            return
+        signature = signature.replace(  # shown in messages: names and defaults are enough
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=inspect.Signature.empty,
+        )
+        params = signature.parameters.values()
+        named = [
+            p.name
+            for p in params
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
+        takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params)
+        for key in kwargs:
+            if key not in named and not takes_any:
+                close = difflib.get_close_matches(key, named, n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                expected = f"one of {', '.join(named)}" if named else "no keyword arguments"
+                self.fail(
+                    join(join(path, "kwargs"), key),
+                    expected,
+                    at=(kwargs, key),
+                    problem=f"{cls.__name__}() takes no keyword argument {key!r}{hint}; "
+                    f"expected {expected} ({cls.__name__}{signature})",
+                )
+        try:
+            (signature.bind_partial if template else signature.bind)(*args, **kwargs)
+        except TypeError as exc:
+            key = "args" if "args" in item or "kwargs" not in item else "kwargs"
+            self.fail(
+                join(path, key),
+                f"arguments that fit {cls.__name__}{signature}",
+                at=(item, key) if key in item else item,
+                problem=f"{cls.__name__}{signature} cannot take these arguments: {exc}",
+            )
 
     def import_target(self, item: dict, path: str) -> type:
         text = item["start"]
@@ -473,6 +523,8 @@ class _Ctx(ConfigChecker):
                     )
             env = dict(env)
         cwd = self.path_value(item, path, "cwd")
+        if self.check_files:
+            self.check_command_files(item, path, command, env, cwd)
         log_file = self.path_value(item, path, "log_file")
         pid_file = self.path_value(item, path, "pid_file")
         if "grace" in item:
@@ -501,6 +553,41 @@ class _Ctx(ConfigChecker):
             "grace": grace,
         }
         return (OsProcess, (list(command),), kwargs)
+
+    def check_command_files(
+        self, item: dict, path: str, command: list, env: dict | None, cwd: str | None
+    ) -> None:
+        """What `tree run` would find missing when it starts the command (`tree check`
+        only): the cwd must be a directory, and the program must be on PATH (the child's
+        env PATH, else ours) or, given as a path, an executable file (relative to cwd)."""
+        if cwd is not None and not os.path.isdir(cwd):
+            self.fail(
+                join(path, "cwd"),
+                "an existing directory",
+                at=(item, "cwd"),
+                problem=f"{cwd} is not a directory; expected an existing directory "
+                "(relative paths are taken from the tree file's directory)",
+            )
+        program = command[0]
+        if os.sep in program:
+            full = os.path.join(cwd or os.getcwd(), program)
+            if not (os.path.isfile(full) and os.access(full, os.X_OK)):
+                self.fail(
+                    f"{join(path, 'command')}[0]",
+                    "an executable file",
+                    at=(command, 0),
+                    problem=f"{full} is not an executable file",
+                )
+            return
+        search = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+        if shutil.which(program, path=search) is None:
+            self.fail(
+                f"{join(path, 'command')}[0]",
+                "a program on PATH",
+                at=(command, 0),
+                problem=f"{program!r} is not found on PATH; expected a program on PATH "
+                "(the child's env PATH, else rabbitry's), or a path to one",
+            )
 
     # -------------------------------------------------------------------------- values
 

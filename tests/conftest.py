@@ -21,11 +21,16 @@ SPARK_GROUP = "spark"
 _SPARK_FILES = ("tests/spark/", "tests/rabbitry/test_demo_quick.py")
 
 
+# Files that must not run at the same time as another: the README guide's RCS uses the same
+# failover set name on the same bus as the failover CLI tests.
+_SHARED = {"tests/rabbitry/test_readme_guide.py": "tests/failover/test_cli_failover.py"}
+
+
 def _group(item: pytest.Item) -> str:
     path = item.nodeid.split("::", 1)[0]
     if item.get_closest_marker("spark") is not None or path.startswith(_SPARK_FILES):
         return SPARK_GROUP
-    return path
+    return _SHARED.get(path, path)
 
 
 @pytest.hookimpl(tryfirst=True)

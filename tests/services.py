@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import site
 import socket
 import subprocess
 import sys
@@ -92,15 +93,16 @@ def require_spark() -> None:
 def unactivated_venv(root: Path) -> tuple[str, dict[str, str]]:
     """How pipx, cron or a systemd unit runs rabbitry: a venv's python by its path, never
     activated, with a PATH whose first python3 cannot import rabbitry. Returns the venv's
-    python (made from this one with --system-site-packages, so it has rabbitry and pyspark)
-    and that environment. The PATH's python3 is this interpreter isolated (-I -S): no
-    site-packages, no PYTHONPATH."""
+    python (it sees this interpreter's packages, so it has rabbitry and pyspark) and that
+    environment. The PATH's python3 is this interpreter isolated (-I -S): no site-packages,
+    no PYTHONPATH."""
     venv = root / "venv"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
         check=True,
         timeout=60,
     )
+    see_our_packages(venv)
     shim = root / "shim"
     shim.mkdir()
     (shim / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
@@ -112,6 +114,30 @@ def unactivated_venv(root: Path) -> tuple[str, dict[str, str]]:
     )
     assert bare.returncode != 0, "the PATH's python3 must not have rabbitry"
     return str(venv / "bin" / "python"), env
+
+
+def see_our_packages(venv: Path) -> None:
+    """Make `venv` see the running interpreter's site-packages. --system-site-packages gives
+    the *base* interpreter's (venv always builds from the base), so when the tests run from
+    a venv of their own (rabbitry, psutil and pytest installed there, not in the base) the
+    inner venv had none of them. A .pth line that starts with `import` runs at start-up, and
+    site.addsitedir also reads that directory's .pth files (editable installs live there)."""
+    ours = [*site.getsitepackages()]
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        ours.append(site.getusersitepackages())
+    purelib = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in ours if os.path.isdir(p))
+    Path(purelib, "_rabbitry_tests_outer_site.pth").write_text(lines)
 
 
 def _free_port() -> int:

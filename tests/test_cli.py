@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from rabbitry.cli import main
+from supervisors import load_tree
+from supervisors.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -251,6 +254,22 @@ def test_run_shows_crash_and_restart_reports(running: Any) -> None:
     tree.wait_for("report: child_restarted supervisor=pipeline child=flaky")
     tree.proc.send_signal(signal.SIGINT)
     assert tree.finish() == 0, tree.log
+    # one INFO line per deliberate crash, with the restart count, and no traceback (issue 27)
+    [crash] = [line for line in tree.lines if "child_crashed" in line]
+    assert " INFO " in crash and "restarts=0 deliberate=True" in crash, crash
+    assert "Traceback" not in tree.log and "Unhandled exception" not in tree.log
+
+
+def test_hello_tree_stays_within_its_restart_intensity() -> None:
+    """flaky's crashes never add up to more than pipeline's intensity in any period, so the
+    example never gives up (nor trips examples/prometheus/alerts.yml's critical rule)."""
+    spec = load_tree(ROOT / "examples" / "hello-tree.yaml")
+    [pipeline] = [c for c in spec.children if c.id == "pipeline"]
+    flags, children = pipeline.start[1]
+    [flaky] = [c for c in children if c.id == "flaky"]
+    crash_every = parse_duration(flaky.start[2]["crash_after"])
+    most_in_a_period = math.floor(flags.period / crash_every) + 1
+    assert most_in_a_period <= flags.intensity, (most_in_a_period, flags)
 
 
 def test_run_bad_file(tmp_path: Path) -> None:

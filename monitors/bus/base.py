@@ -276,6 +276,9 @@ class Bus:
         if not request.confirm and not self._connected:
             # A heartbeat that would arrive after the outage is stale anyway: drop and count.
             self._count("dropped_unconfirmed")
+            if not self._ever_connected:  # the first connection is still being made: no outage
+                log.debug("bus %s: not connected yet; dropping %s", self.node, describe)
+                return
             self._ratelog.warning(
                 "disconnected",
                 "bus %s: not connected to %s; dropping unconfirmed messages (counted as dropped_unconfirmed)",

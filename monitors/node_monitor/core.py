@@ -141,6 +141,7 @@ class NodeMonitorCore:
         self.hold_app = hold_app and self.config.pauses
         self._booting = self.config.pauses and self.startup_grace > 0 and not self.hold_app
         self._boot_logged = False
+        self._ever_resumed = False  # the first resume of an app held at boot is its start
         self._views = ViewTable(node, creation)
         self._cut: set[str] = set()  # links we cut on purpose (upgrade to full partition)
         self._cutting: set[str] = set()  # ... of which the connection is not closed yet
@@ -1171,7 +1172,10 @@ class NodeMonitorCore:
         if pause:
             self._app, told = decision.pause(self._app, self.node, why)
         else:
-            self._app, told = decision.resume(self._app, self.node, "condition holds")
+            first, self._ever_resumed = not self._ever_resumed, True
+            self._app, told = decision.resume(
+                self._app, self.node, "condition holds", first=first and self.hold_app
+            )
         return out + told
 
     def _maybe_autoheal(self) -> list[Effect]:

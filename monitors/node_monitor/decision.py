@@ -26,13 +26,16 @@ def pause(app: str, node: str, why: str) -> tuple[str, list[Effect]]:
     ]
 
 
-def resume(app: str, node: str, reason: str, **log_fields: Any) -> tuple[str, list[Effect]]:
+def resume(
+    app: str, node: str, reason: str, *, first: bool = False, **log_fields: Any
+) -> tuple[str, list[Effect]]:
     """The application's state after a decision to resume (a stopped or stopping application
-    is starting), and the effects: the log line, ResumeApp and the "resumed" notification."""
+    is starting), and the effects: the log line, ResumeApp and the "resumed" notification.
+    `first`: the application was held at boot and never ran, so it starts, not resumes."""
     if app in ("stopped", "stopping"):
         app = "starting"
     return app, [
-        Log.info("resuming the application", **log_fields),
+        Log.info("starting the application" if first else "resuming the application", **log_fields),
         ResumeApp(reason),
         Notify("resumed", node),
     ]

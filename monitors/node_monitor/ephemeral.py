@@ -88,6 +88,7 @@ class EphemeralMonitorCore:
         self._follow: str | None = None  # ignore/autoheal: the member whose side we are on
         self._restart = False  # our side went: stop, then start with a running member
         self._paused = True
+        self._ever_resumed = False  # the first resume is the application's start
         self._app = "stopped"  # held at boot: running|stopping|stopped|starting
         self._alarms: frozenset[str] = frozenset()
         self._timers: set[str] = set()
@@ -369,8 +370,9 @@ class EphemeralMonitorCore:
             self._app, out = decision.pause(self._app, self.node, why)
         else:
             following = self._follow or ""
+            first, self._ever_resumed = not self._ever_resumed, True
             self._app, out = decision.resume(
-                self._app, self.node, "the core runs", following=following
+                self._app, self.node, "the core runs", first=first, following=following
             )
         return out
 

@@ -44,7 +44,7 @@ examples:
   rabbitry tree --help                           the tree commands
   rabbitry tree run --help                       the options of one command
   rabbitry node start --config examples/cluster/a.yaml   run a cluster node
-  rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie
+  rabbitry cluster status --config examples/cluster/a.yaml   ask a running node
   rabbitry tls gen --out ./tls a@127.0.0.1 b@127.0.0.1   certificates for TLS between nodes
 
 exit codes: 0 ok, 1 failed while running, 2 bad usage or bad config file, 130 interrupted"""

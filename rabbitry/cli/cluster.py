@@ -6,17 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import stat
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rabbitry.cli import HelpFormatter
+from rabbitry.cli_target import TargetError, add_target_arguments, client_from_args
 from rabbitry.control import STATUS_KEYS, ControlClient, ControlError
 
 CLUSTER_EPILOG = """\
 examples:
+  rabbitry cluster status --config examples/cluster/a.yaml
+  rabbitry cluster ui --config examples/cluster/a.yaml
   rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie
   rabbitry cluster status --control 127.0.0.1:7101 --cookie-file ./cookie --json
   rabbitry cluster join b@127.0.0.1 127.0.0.1:7002 --control 127.0.0.1:7101 --cookie-file ./cookie
@@ -25,10 +26,13 @@ examples:
 
   rabbitry cluster status --control https://node1.example:7101 --cacert ./tls/ca.pem
 
---control is the node's `control:` address; the token is derived from the cluster cookie, so
---cookie-file must name the node's cookie file (mode 0600). Without it, $RABBITRY_COOKIE_FILE
-is used, else ./cookie. A node with `tls:` serves HTTPS: give --cacert (the cluster's CA file,
-the nodes' `tls.cafile`; default $RABBITRY_CACERT), which implies https://."""
+--config NODE.yaml reads the control address (`control:`), the cookie (`cookie_file:` or
+`cookie:`) and the CA (`tls.cafile`) from the node's own config file; --control, --cookie-file
+and --cacert win when given. Without --config: --control is the node's `control:` address;
+the token is derived from the cluster cookie, so --cookie-file must name the node's cookie
+file (mode 0600), else $RABBITRY_COOKIE_FILE, else ./cookie. A node with `tls:` serves HTTPS:
+give --cacert (the cluster's CA file, the nodes' `tls.cafile`; default $RABBITRY_CACERT),
+which implies https://."""
 
 
 def register(commands: Any) -> None:
@@ -106,7 +110,8 @@ def register(commands: Any) -> None:
         "management page (/ui/) with it, as Jupyter does. The link works once, within --ttl "
         "seconds; the browser then keeps a session cookie and the address bar shows no "
         "secret. A browser is opened where there is a display, unless --no-browser.",
-        epilog="example:\n  rabbitry cluster ui --control 127.0.0.1:7101 --cookie-file ./cookie"
+        epilog="examples:\n  rabbitry cluster ui --config examples/cluster/a.yaml\n"
+        "  rabbitry cluster ui --control 127.0.0.1:7101 --cookie-file ./cookie"
         "\n\nThe page is described in docs/ui.md.",
         formatter_class=HelpFormatter,
     )
@@ -119,74 +124,18 @@ def register(commands: Any) -> None:
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--control",
-        required=True,
-        metavar="[https://]HOST:PORT",
-        help="the node's control API address (https:// for a node with `tls:`)",
-    )
-    parser.add_argument(
-        "--cacert",
-        metavar="FILE",
-        help="the cluster's CA file, to check the node's certificate over HTTPS; "
-        "default: $RABBITRY_CACERT",
-    )
-    parser.add_argument(
-        "--cookie-file",
-        metavar="FILE",
-        help="the cluster cookie file (mode 0600); default: $RABBITRY_COOKIE_FILE, else ./cookie",
-    )
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the node")
-    parser.set_defaults(help_parser=parser)
+    add_target_arguments(parser)
 
 
 def _client(args: argparse.Namespace) -> ControlClient:
-    scheme, sep, address = args.control.partition("://")
-    if not sep:
-        scheme, address = "", args.control
-    host, sep, port = address.rstrip("/").rpartition(":")
-    if scheme not in ("", "http", "https") or not sep or not port.isdigit():
-        raise _UsageError(
-            f"--control must be [https://]HOST:PORT, such as 127.0.0.1:7101; got {args.control!r}"
-        )
-    cacert = args.cacert or os.environ.get("RABBITRY_CACERT") or None
-    if scheme == "http" and args.cacert:
-        raise _UsageError("--cacert is for HTTPS; drop it, or write https:// in --control")
-    if cacert is not None and not os.access(cacert, os.R_OK):
-        raise _UsageError(f"cannot read the CA file {cacert} (--cacert)")
-    https = scheme == "https" or (scheme == "" and cacert is not None)
-    path = Path(args.cookie_file or os.environ.get("RABBITRY_COOKIE_FILE") or "cookie")
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        cookie = path.read_text().strip().encode()
-    except OSError as exc:
-        raise _UsageError(f"cannot read the cookie file {path}: {exc.strerror or exc}") from None
-    if mode & 0o077:
-        raise _UsageError(
-            f"the cookie file {path} has mode {mode:04o}; anyone who can read it can control "
-            f"the cluster: run `chmod 600 {path}`"
-        )
-    if not cookie:
-        raise _UsageError(f"the cookie file {path} is empty")
-    return ControlClient(
-        host.strip("[]"),
-        int(port),
-        cookie,
-        timeout=args.timeout,
-        cafile=cacert if https else None,
-        https=https,
-    )
-
-
-class _UsageError(Exception):
-    pass
+    return client_from_args(args)
 
 
 def status_command(args: argparse.Namespace) -> int:
     try:
         client = _client(args)
         status = client.status()
-    except _UsageError as exc:
+    except TargetError as exc:
         print(f"rabbitry cluster status: {exc}", file=sys.stderr)
         return 2
     except ControlError as exc:
@@ -295,7 +244,7 @@ def _action(args: argparse.Namespace, call: Any) -> int:
     name = f"rabbitry cluster {args.help_parser.prog.split()[-1]}"
     try:
         result = call(_client(args))
-    except _UsageError as exc:
+    except TargetError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
     except ControlError as exc:
@@ -308,6 +257,9 @@ def _action(args: argparse.Namespace, call: Any) -> int:
 def singletons_command(args: argparse.Namespace) -> int:
     try:
         answer = _client(args).singletons()
+    except TargetError as exc:
+        print(f"rabbitry cluster singletons: {exc}", file=sys.stderr)
+        return 2
     except ControlError as exc:
         print(f"rabbitry cluster singletons: {exc}", file=sys.stderr)
         return 1
@@ -342,7 +294,7 @@ def ui_command(args: argparse.Namespace) -> int:
     try:
         client = _client(args)
         login = client.request("POST", "/ui/token", {"ttl": args.ttl})
-    except _UsageError as exc:
+    except TargetError as exc:
         print(f"rabbitry cluster ui: {exc}", file=sys.stderr)
         return 2
     except ControlError as exc:

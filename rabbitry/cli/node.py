@@ -82,6 +82,14 @@ def start_command(args: argparse.Namespace) -> int:
         started.append(node)
         wait_ready(node)
     except StartChildError as exc:
+        from rabbitry import port_holder
+
+        key = port_holder.CHILD_KEYS.get(exc.child_id)
+        if key and port_holder.is_address_in_use(exc.reason):  # a config mistake: exit 2
+            address = getattr(config, key)
+            error = port_holder.address_in_use_error(config, key, address)
+            print(f"rabbitry node start: {error}", file=sys.stderr)
+            return 2
         if isinstance(exc.reason, ConfigError):  # the config names what cannot be had
             print(f"rabbitry node start: {exc.reason}", file=sys.stderr)
             return 2

@@ -21,7 +21,8 @@ from types import FrameType
 from typing import Any
 
 from rabbitry.cli import HelpFormatter, add_log_level, configure_logging
-from supervisors import ChildSpec, exit_reason
+from supervisors import ChildSpec, OsProcess, exit_reason
+from supervisors.osprocess import default_name, run_dir
 from supervisors.reasons import format_reason
 from supervisors.tree import TreeConfigError, TreeSpec, format_tree, load_tree, start_tree
 
@@ -78,8 +79,10 @@ def register(commands: Any) -> None:
     check = sub.add_parser(
         "check",
         help="validate a tree file and print the tree",
-        description="Load a tree file, import every start: target, and print the tree. "
-        "Nothing is started.",
+        description="Load a tree file and check everything `tree run` would, short of "
+        "starting the children: every start: target is imported and its args and kwargs "
+        "checked against its __init__, every command: program is looked up on PATH, and "
+        "every cwd must exist. Then print the tree. Nothing is started.",
         epilog=CHECK_EPILOG,
         formatter_class=HelpFormatter,
     )
@@ -118,7 +121,7 @@ def _use_app_dir(app_dir: str) -> None:
 def _load(args: argparse.Namespace) -> TreeSpec | None:
     _use_app_dir(args.app_dir)
     try:
-        return load_tree(args.file)
+        return load_tree(args.file, check_files=True)
     except TreeConfigError as exc:
         print(exc, file=sys.stderr)
         return None
@@ -222,6 +225,8 @@ class _Foreground:
                 tree_id,
                 ", ".join(running) or "(none)",
             )
+        for child_path, log_file in os_log_files(self.spec.children):
+            log.info("%s: its output (stdout and stderr) goes to %s", child_path, log_file)
         while not self.stop.is_set():
             if ref.actor_stopped.wait(POLL_INTERVAL) and not self.stop.is_set():
                 reason = format_reason(exit_reason(ref))
@@ -239,3 +244,24 @@ class _Foreground:
         ref.stop()
         log.info("tree %r stopped", tree_id)
         return 0
+
+
+def os_log_files(children: list[ChildSpec], prefix: str = "") -> list[tuple[str, str]]:
+    """(child path, log file) of every OS command child, nested ones too: `tree run` says
+    where their output goes, since it is not on the terminal."""
+    found = []
+    for spec in children:
+        path = f"{prefix}{spec.id}"
+        start = spec.start
+        if not isinstance(start, tuple) or len(start) != 3:
+            continue
+        cls, args, kwargs = start
+        if isinstance(cls, type) and issubclass(cls, OsProcess):
+            log_file = kwargs.get("log_file")
+            if log_file is None:
+                name = kwargs.get("name") or default_name(args[0])
+                log_file = os.path.join(kwargs.get("run_dir") or run_dir(), f"{name}.log")
+            found.append((path, os.path.abspath(log_file)))
+        elif len(args) == 2 and isinstance(args[1], list):  # a nested supervisor
+            found += os_log_files(args[1], f"{path}.")
+    return found

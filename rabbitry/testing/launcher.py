@@ -10,6 +10,12 @@ node cannot act on SIGTERM), SIGTERM, then SIGKILL after a grace time, to the wh
 reaps it. `Launcher` is a context manager, and every launcher still open at interpreter exit
 is torn down too, so a failing test leaves no process (and so no port) behind.
 
+A launcher that is SIGKILLed runs no teardown at all, so on Linux each process is also tied to
+it by the kernel: it starts through a shim that sets PR_SET_PDEATHSIG(SIGKILL) and execs the
+program, and it is forked from one thread per launcher that lives until `stop_all` (the
+signal fires when the forking *thread* ends, so a short-lived caller thread must not fork).
+A SIGKILLed `rabbitry demo` (which starts its nodes here) leaves no node behind.
+
     with Launcher() as launcher:
         a = launcher.start(NodeSpec("a", lambda: [sys.executable, "node.py", "--name", "a@h"]))
         a.wait_for(r"EVENT nodeup b@h")
@@ -20,9 +26,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -115,6 +123,7 @@ class OsNode:
         self._stdout = _Stream(popen.stdout, f"launcher-out {spec.name}")
         self._stderr = _Stream(popen.stderr, f"launcher-err {spec.name}")
         self._stopped = False
+        self._term_sent = False  # ask_to_stop() sent SIGTERM: stop() does not send another
 
     def __repr__(self) -> str:
         return f"<OsNode {self.name} pid={self.pid} address={self.address}>"
@@ -177,12 +186,18 @@ class OsNode:
             self.popen.wait(timeout)
         return self.popen.poll()
 
-    def stop(self, grace: float = 5.0) -> int | None:
-        """SIGCONT, SIGTERM, then SIGKILL after `grace` s, to the group; reap; close pipes."""
-        if self.alive:
+    def ask_to_stop(self) -> None:
+        """SIGCONT and SIGTERM to the group, without waiting (stop() does the rest)."""
+        if self.alive and not self._term_sent:
+            self._term_sent = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGCONT)
                 os.killpg(self.pid, signal.SIGTERM)
+
+    def stop(self, grace: float = 5.0) -> int | None:
+        """SIGCONT, SIGTERM, then SIGKILL after `grace` s, to the group; reap; close pipes."""
+        if self.alive:
+            self.ask_to_stop()
             try:
                 self.popen.wait(grace)
             except subprocess.TimeoutExpired:
@@ -204,6 +219,50 @@ class OsNode:
 
 _OPEN: weakref.WeakSet[Launcher] = weakref.WeakSet()
 
+# `python -I -S -c _PDEATHSIG <launcher pid> <program> <args...>`: ask the kernel to SIGKILL this
+# process when the thread that forked it ends, check that the launcher is not gone already
+# (then nobody is left to signal it), and exec the program (the pid, and the signal, stay).
+_PDEATHSIG = """\
+import ctypes, os, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    os._exit(1)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+class _Forker:
+    """One daemon thread that runs every Popen of a launcher: PR_SET_PDEATHSIG fires when
+    the forking thread ends, and this one ends only at `close()` (or with the process)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], queue.SimpleQueue] | None]
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="launcher-forker", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, reply = job
+            try:
+                reply.put((True, fn()))
+            except BaseException as exc:  # handed to the caller, raised there
+                reply.put((False, exc))
+
+    def call(self, fn: Callable[[], object]) -> object:
+        reply: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs.put((fn, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
 
 @atexit.register
 def _stop_open_launchers() -> None:
@@ -218,6 +277,7 @@ class Launcher:
         self.grace = grace
         self.nodes: list[OsNode] = []
         self._lock = threading.Lock()
+        self._forker: _Forker | None = None
         _OPEN.add(self)
 
     def __enter__(self) -> Launcher:
@@ -250,17 +310,29 @@ class Launcher:
         env["PYTHONUNBUFFERED"] = "1"
         if spec.env:
             env.update(spec.env)
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            env=env,
-            cwd=spec.cwd,
-            start_new_session=True,  # its own group: teardown reaches its children too
-        )
+        if sys.platform.startswith("linux"):  # tied to this launcher: see the module docstring
+            argv = [sys.executable, "-I", "-S", "-c", _PDEATHSIG, str(os.getpid()), *argv]
+            with self._lock:
+                if self._forker is None:
+                    self._forker = _Forker()
+                forker = self._forker
+        else:
+            forker = None
+
+        def spawn() -> subprocess.Popen:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env=env,
+                cwd=spec.cwd,
+                start_new_session=True,  # its own group: teardown reaches its children too
+            )
+
+        popen: subprocess.Popen = forker.call(spawn) if forker else spawn()  # type: ignore[assignment]
         node = OsNode(spec, popen)
         with self._lock:
             self.nodes.append(node)
@@ -290,5 +362,16 @@ class Launcher:
         """Stop every node this launcher started (last first). Safe to call twice."""
         with self._lock:
             nodes, self.nodes = self.nodes, []
+        # All at once, then each within the grace time: n nodes stop in one grace time, not n
+        # (a Ctrl-C'd demo on a loaded machine waited for its three nodes one after another).
         for node in reversed(nodes):
-            node.stop(self.grace)
+            node.ask_to_stop()
+        deadline = time.monotonic() + self.grace
+        for node in reversed(nodes):
+            node.stop(max(0.0, deadline - time.monotonic()))
+        forker = None
+        with self._lock:
+            if not self.nodes:
+                forker, self._forker = self._forker, None
+        if forker is not None:  # every node it forked is stopped: its thread may end
+            forker.close()

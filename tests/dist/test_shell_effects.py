@@ -59,7 +59,7 @@ def test_log_lines_carry_the_fields_as_the_shell_asks(caplog) -> None:
     first, second = caplog.records
     assert (first.levelno, first.getMessage(), first.fields) == (
         logging.WARNING,
-        "hello",
+        "hello node=x@h",  # the line names the node (issue 27: "node up" said not which)
         {"node": "x@h"},
     )
     assert second.getMessage() == "mnesia: loaded {'table': 't'}"

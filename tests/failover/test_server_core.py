@@ -990,3 +990,34 @@ def test_server_addresses_accepted(server: str) -> None:
 def test_server_addresses_refused(server: str) -> None:
     with pytest.raises(ValueError, match="invalid Redis server"):
         m.check_server(server)
+
+
+def test_every_no_answer_line_says_what_failed() -> None:
+    """Issue 27: servers that were never started read "connection refused", a hung one "no
+    answer in time", and one that answered its role, in the note a newcomer sees."""
+    rig = Rig(census=False)
+    (ping,) = rig.sent(m.PING)
+    rig.msg(m.PONG, "c1", m.token_of(ping), master="")
+    rig.tick(TIMER_CLIENTS, 2.0)
+    rig.answer({R1: REFUSED, R2: None, R3: replica(R1)})
+    (note,) = rig.notes()
+    assert f"{R1}: connection refused" in note
+    assert f"{R2}: no answer in time" in note
+    assert f"{R3}: slave of {R1}" in note
+    rig = Rig(master=None)
+    rig.answer({R1: master(), R2: replica(), R3: REFUSED})
+    (note,) = rig.notes()
+    assert "cannot be reached" in note and f"{R3}: connection refused" in note
+
+
+def test_a_bus_still_connecting_at_start_is_no_outage() -> None:
+    rig = Rig()
+    assert rig.run(rig.core.bus_down(rig.now, at_start=True)) == []
+    logged = [e.text for e in rig.core.bus_up(rig.now) if isinstance(e, Log)]
+    assert logged == ["RCS: bus connected"]
+    assert [e.text for e in rig.core.bus_down(rig.now) if isinstance(e, Log)] == [
+        "RCS: bus disconnected"
+    ]
+    assert [e.text for e in rig.core.bus_up(rig.now) if isinstance(e, Log)] == [
+        "RCS: bus reconnected"
+    ]

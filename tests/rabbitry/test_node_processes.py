@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from rabbitry.cli import main
 from rabbitry.control import ControlClient
 from rabbitry.testing.launcher import Launcher, NodeSpec, OsNode
 
@@ -121,7 +123,9 @@ def test_three_nodes_form_the_cluster_and_report_it(cluster: Any) -> None:
     assert status["all"] == list(NAMES) and status["paused"] is False
 
 
-def test_pause_minority_pauses_the_node_left_alone_and_resumes_it(cluster: Any) -> None:
+def test_pause_minority_pauses_the_node_left_alone_and_resumes_it(
+    cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     c = cluster("pause_minority")
     c.start()
     a, b, cc = NAMES
@@ -130,6 +134,11 @@ def test_pause_minority_pauses_the_node_left_alone_and_resumes_it(cluster: Any) 
     c.nodes[cc].pause()
     c.wait_for("a paused", lambda: c.status(a)["paused"] is True)
     c.nodes[a].wait_for(r"shutdown supervisor=a@127\.0\.0\.1 child=app", stream="stderr")
+    # The app, the CLI and the page agree: a paused node's application is stopped (issue 27).
+    assert c.clients[a].app()["state"] == "stopped"
+    assert main(["cluster", "status", "--config", str(c.root / "a.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "paused         yes" in out and "application    stopped" in out, out
     c.nodes[b].resume()
     c.nodes[cc].resume()
     c.wait_for("a resumed", lambda: c.status(a)["paused"] is False, timeout=30)
@@ -259,3 +268,26 @@ def test_an_alarm_on_one_node_shows_in_every_status(tmp_path: Path) -> None:
         assert clients[a].status()["alarms"].get(b) == ["disk"]
         assert not clients[a].status()["alarms"].get(a)
         assert clients[b].status()["alarms"].get(b) == ["disk"]
+
+
+def test_a_first_boot_and_a_full_stop_read_as_they_are(cluster: Any) -> None:
+    """Issue 27: the first boot starts the application (it does not "resume" it), `node up`
+    lines name the node, and stopping every node at once logs no error (a node that sees its
+    peers go while it stops has nothing left to pause)."""
+    c = cluster("pause_minority")
+    c.start()
+    a = NAMES[0]
+    c.wait_for("all running", lambda: all(c.status(n)["running"] == list(NAMES) for n in NAMES))
+    for name in NAMES:
+        c.nodes[name].signal(signal.SIGTERM)
+    for name in NAMES:  # one SIGTERM each (a second would make a node exit at once, with 1)
+        assert c.nodes[name].popen.wait(30) == 0
+        c.nodes[name].stop()
+    for name in NAMES:
+        lines = c.nodes[name].stderr()
+        assert any("starting the application" in line for line in lines), lines
+        assert not any("resuming the application" in line for line in lines), lines
+        errors = [line for line in lines if " ERROR " in line or "Traceback" in line]
+        assert not errors, errors
+    up = [line for line in c.nodes[a].stderr() if "monitors.node_monitor: node up" in line]
+    assert up and all("node=" in line for line in up), up

@@ -80,6 +80,21 @@ def test_cli_over_https_and_a_wrong_cacert_says_what_to_do(tls_cluster, tmp_path
     assert "https://" in err and "--cacert" in err
 
 
+def test_cli_reads_the_control_cookie_and_ca_from_the_node_config(tls_cluster, tmp_path, capsys):
+    """`--config` alone reaches a TLS node: no CA path, no cookie path (issue 27)."""
+    c = tls_cluster
+    config = str(c.config_file("a"))
+    assert main(["cluster", "status", "--config", config, "--json"]) == 0
+    assert A in capsys.readouterr().out
+    assert main(["cluster", "ui", "--config", config, "--no-browser"]) == 0
+    assert "https://127.0.0.1:" in (out := capsys.readouterr().out) and "/ui/login?token=" in out
+    # a flag wins over the file: a CA that is not the cluster's fails the certificate check
+    other = tmp_path / "other-ca.pem"
+    write_cert(other, make_ca("not the cluster's CA").cert)
+    assert main(["cluster", "status", "--config", config, "--cacert", str(other)]) == 1
+    assert "certificate" in capsys.readouterr().err
+
+
 def test_metrics_over_https(tls_cluster):
     c = tls_cluster
     ready = c.proc("b").wait_for(r"^READY .* metrics=(\S+):(\d+)")

@@ -78,6 +78,7 @@ def build(
     trace_len: int | None = 200,
     net: NetConfig | None = None,
     kind_factory: Any = NodeMonitorKind,
+    *,
     before_boot: Any = None,
 ) -> tuple[Sim, NodeMonitorInvariants]:
     """A Sim with the schedule's nodes booted at t=0 and its ops queued, plus the checker.

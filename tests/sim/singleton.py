@@ -242,7 +242,13 @@ class SingletonKind:
         if core is None or monitor is None:
             return
         st = monitor.status()
-        sim.call(node, self.name, "members", None, core.call("set_members", sim.now, st["all"], st["running"]))
+        sim.call(
+            node,
+            self.name,
+            "members",
+            None,
+            core.call("set_members", sim.now, st["all"], st["running"]),
+        )
 
     def guard(self, sim: Sim, node: SimNode, up: bool) -> None:
         core = node.cores.get(self.name)
@@ -368,7 +374,9 @@ def run_job(job: tuple[int, int, str]) -> tuple[int, int, str, str | None, float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--sweep", type=int, default=0, help="run this many seeds per mode and size")
+    parser.add_argument(
+        "--sweep", type=int, default=0, help="run this many seeds per mode and size"
+    )
     parser.add_argument("--nodes", default="3-5")
     parser.add_argument("--mode", default="pause_minority", help="a mode, or 'all'")
     parser.add_argument("--workers", type=int, default=1)
@@ -380,7 +388,12 @@ def main(argv: list[str] | None = None) -> int:
         print(result.report(200 if args.trace else 40))
         print(f"recovery after the heal: {result.recoveries}")
         return 1 if result.violation else 0
-    jobs = [(s, n, m) for m in modes for n in sizes(args.nodes) for s in range(args.seed, args.seed + args.sweep)]
+    jobs = [
+        (s, n, m)
+        for m in modes
+        for n in sizes(args.nodes)
+        for s in range(args.seed, args.seed + args.sweep)
+    ]
     results = run_jobs(run_job, jobs, args.workers, chunksize=8)
     failed = [r for r in results if r[3]]
     worst = max((r[4] for r in results), default=0.0)
