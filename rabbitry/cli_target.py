@@ -169,6 +169,8 @@ class _ConfigTarget:
             address = self.check.control(self.data, tls="tls" in self.data)
         except NodeConfigError as exc:
             raise TargetError(f"--config: {exc}") from None
+        if address is None:
+            raise TargetError(f"--config: {self.file} has no `control:` address")
         # A node that listens on every address is reached on loopback.
         return _WILDCARD.get(address.host, address.host), address.port
 

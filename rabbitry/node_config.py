@@ -382,8 +382,10 @@ class _NodeChecker(ConfigChecker):
         role = data.get("role", "core")
         if role not in ROLES:
             self.fail("role", "core (the default) or ephemeral", show(role), at=(data, "role"))
-        cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
-        nodes = cluster.get("nodes") if isinstance(cluster.get("nodes"), dict) else {}
+        given = data.get("cluster")
+        cluster: dict[str, Any] = given if isinstance(given, dict) else {}
+        listed = cluster.get("nodes")
+        nodes: dict[str, Any] = listed if isinstance(listed, dict) else {}
         forget = DEFAULT_FORGET_EPHEMERAL_AFTER
         if "forget_ephemeral_after" in cluster:
             if role == "ephemeral":

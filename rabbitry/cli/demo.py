@@ -65,7 +65,7 @@ def _java_home() -> bool:
     import os
 
     home = os.environ.get("JAVA_HOME")
-    return bool(home) and Path(home, "bin", "java").exists()
+    return home is not None and bool(home) and Path(home, "bin", "java").exists()
 
 
 def _run(args: argparse.Namespace) -> int:

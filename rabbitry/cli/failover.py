@@ -242,7 +242,7 @@ def server_start(args: argparse.Namespace) -> int:
         o = _typed(_options(args, SERVER_OPTIONS))
         if "redis_servers" not in o:
             raise _Usage("--redis-servers is required (host:port,host:port)")
-        core = {
+        core: dict[str, Any] = {
             k: o[k] for k in ("master_retries", "master_retry_interval", "client_timeout") if k in o
         }
         spec = (

@@ -150,7 +150,7 @@ def _count(children: list[ChildSpec]) -> tuple[int, int]:
             supervisors += 1
         else:
             workers += 1
-        args = spec.start[1] if isinstance(spec.start, tuple) else ()
+        args: tuple[Any, ...] = spec.start[1] if isinstance(spec.start, tuple) else ()
         if len(args) == 2 and isinstance(args[1], list):
             nested = _count(args[1])
             supervisors += nested[0]
@@ -186,8 +186,8 @@ class _Foreground:
     def run(self) -> int:
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous[signum] = signal.signal(signum, self._on_signal)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
         try:
             return self._run()
         except _ForcedExit as exc:

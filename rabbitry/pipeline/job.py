@@ -394,6 +394,7 @@ class _BatchJob:
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None, "the profiled pass runs inside a Spark task"
         name = f"{self.run_id}-{context.partitionId()}-{context.attemptNumber()}"
         profile = cProfile.Profile()
         claims = _ClaimQueue(self._claimer(context.partitionId()), profile=True)

@@ -619,7 +619,7 @@ def _problem(msg: Any) -> str | None:
         value = msg.get(name)
         if not isinstance(value, types) or (types is int and isinstance(value, bool)):
             return f"{kind}: field {name!r} is missing or of the wrong type"
-        if name == "key" and len(value) > MAX_KEY:
+        if name == "key" and isinstance(value, str) and len(value) > MAX_KEY:
             return f"{kind}: key longer than {MAX_KEY} characters"
     info = msg.get("info")
     if info is not None and not isinstance(info, dict):

@@ -169,7 +169,11 @@ def with_singletons(
     for child in children:
         start = child.start
         if child.singleton:
-            guard_start = (SingletonGuard, (child, service, str(run_dir)), {})
+            guard_start: tuple[type, tuple[Any, ...], dict[str, Any]] = (
+                SingletonGuard,
+                (child, service, str(run_dir)),
+                {},
+            )
             out.append(
                 ChildSpec(
                     child.id,

@@ -306,7 +306,7 @@ class Cluster:
                 for b in self.nodes:
                     if a != b:
                         name = self.proxy_name(a, b)
-                        made = self.api.create_proxy(name, f"{HOST}:0", f"{HOST}:{dist[b]}")
+                        made = self._toxi.create_proxy(name, f"{HOST}:0", f"{HOST}:{dist[b]}")
                         self._created.append(name)
                         self.proxies[(a, b)] = made["listen"]
         for a in self.nodes:
@@ -446,6 +446,13 @@ class Cluster:
             raise FileNotFoundError(f"tree file {source} does not exist")
         return source
 
+    @property
+    def _toxi(self) -> ToxiproxyAPI:
+        """The fault proxies' API (proxy mode; a netns cluster cuts with iptables instead)."""
+        if self.api is None:
+            raise RuntimeError("this cluster runs in network namespaces: it has no fault proxies")
+        return self.api
+
     def proxy_name(self, a: str, b: str) -> str:
         """The name of the proxy carrying a's connections to b: "a->b"."""
         return f"{self.proxy_prefix}{a.partition('@')[0]}->{b.partition('@')[0]}"
@@ -471,7 +478,7 @@ class Cluster:
         created, self._created = self._created, []
         for proxy in created:
             with contextlib.suppress(ToxiproxyError):
-                self.api.delete_proxy(proxy)
+                self._toxi.delete_proxy(proxy)
 
     # -- faults --------------------------------------------------------------------------
 
@@ -534,8 +541,8 @@ class Cluster:
         if disconnect:
             if oneway:
                 raise ValueError("disconnect=True closes both directions; it cannot be oneway")
-            self.api.set_enabled(self.proxy_name(a, b), False)
-            self.api.set_enabled(self.proxy_name(b, a), False)
+            self._toxi.set_enabled(self.proxy_name(a, b), False)
+            self._toxi.set_enabled(self.proxy_name(b, a), False)
             self._cuts |= {(a, b), (b, a)}
             return
         self._drop(a, b)
@@ -551,7 +558,7 @@ class Cluster:
         ):
             toxic = dict(_CUT, name=f"cut_{stream}", stream=stream)
             try:
-                self.api.add_toxic(proxy, toxic)
+                self._toxi.add_toxic(proxy, toxic)
             except ToxiproxyError as exc:
                 if exc.status != 409:  # already cut that way
                     raise
@@ -577,10 +584,10 @@ class Cluster:
             if self.netns is not None:
                 self.netns.heal()
             for proxy in self._created:
-                for toxic in self.api.toxics(proxy):
+                for toxic in self._toxi.toxics(proxy):
                     with contextlib.suppress(ToxiproxyError):
-                        self.api.delete_toxic(proxy, toxic["name"])
-                self.api.set_enabled(proxy, True)
+                        self._toxi.delete_toxic(proxy, toxic["name"])
+                self._toxi.set_enabled(proxy, True)
             self._cuts.clear()
 
     # -- processes -----------------------------------------------------------------------
@@ -667,7 +674,7 @@ class Cluster:
         faults = []
         for proxy in self._created:
             with contextlib.suppress(ToxiproxyError):
-                info = self.api.request("GET", ToxiproxyAPI._p(proxy))
+                info = self._toxi.request("GET", ToxiproxyAPI._p(proxy))
                 toxics = [f"{t['name']}({t['type']})" for t in info.get("toxics") or []]
                 if not info.get("enabled", True):
                     toxics.insert(0, "disabled")

@@ -257,7 +257,7 @@ class _Forker:
         self._jobs.put((fn, reply))
         ok, value = reply.get()
         if not ok:
-            raise value  # type: ignore[misc]
+            raise value
         return value
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ A member that nobody reaches may simply be stopped: it is shown down, not as a p
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -39,7 +40,7 @@ class PageState:
         up, _known, _downs = node.observations.dist()
         parts = node_parts(node)
         for peer in sorted(up):
-            parts[f"peer:{peer}"] = lambda peer=peer: peer_view(node, peer)
+            parts[f"peer:{peer}"] = functools.partial(peer_view, node, peer)
         gathered = self.gatherer.gather(parts, PAGE_BUDGET)
         status = gathered.get("node_monitor")
         dist = gathered.get("dist")
@@ -122,9 +123,9 @@ def members(
     rows = []
     for role, names in (("core", core), ("ephemeral", ephemeral)):
         for name in sorted(set(names)):
-            view = views.get(name)
-            if view is not None:
-                state = "paused" if view["status"].get("paused") else "running"
+            seen = views.get(name)
+            if seen is not None:
+                state = "paused" if seen["status"].get("paused") else "running"
             elif name == me:
                 state = "unknown"  # our own monitor did not answer in time
             elif name in running or (role == "ephemeral" and name in up):
@@ -139,7 +140,7 @@ def members(
                     "self": name == me,
                     "reachable": name == me or name in up,
                     "alarms": sorted(alarms.get(name, ())),
-                    "net_ticktime": view.get("net_ticktime") if view else None,
+                    "net_ticktime": seen.get("net_ticktime") if seen else None,
                 }
             )
     return rows

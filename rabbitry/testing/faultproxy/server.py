@@ -213,6 +213,7 @@ class FaultProxyServer:
             return False
         body = await reader.readexactly(length) if length else b""
         keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        payload: bytes | None
         if headers.get("user-agent", "").startswith("Mozilla/"):
             status, payload = 403, _error(403, "User agent not allowed")
         else:
