@@ -19,10 +19,10 @@ import logging
 import ssl
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from monitors.tls import serve_https
+from monitors.httpd import HardenedHTTPServer
 
 __all__ = ["BEETLE_KEYS", "StatusServer", "format_text"]
 
@@ -83,11 +83,10 @@ class StatusServer:
         tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         handler = _handler(status, initiate_master_switch)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = HardenedHTTPServer(
+            (host, port), handler, tls=tls, what="failover status page"
+        )
         self.https = tls is not None
-        if tls is not None:
-            serve_https(self._server, tls, "failover status page")
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"failover-http-{port}", daemon=True
         )
@@ -162,7 +161,7 @@ def _handler(
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
+            if length > 0:  # the server bounded it; never read(-1)
                 self.rfile.read(min(length, 65536))
             if self.path.split("?", 1)[0] == "/initiate_master_switch":
                 self._switch()

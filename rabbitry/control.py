@@ -42,10 +42,11 @@ import os
 import ssl
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from monitors.tls import https_client_context, serve_https
+from monitors.httpd import HardenedHTTPServer
+from monitors.tls import https_client_context
 from rabbitry.node_config import _is_loopback as is_loopback
 from supervisors import CallerError, Process
 
@@ -111,7 +112,7 @@ class ControlServer(Process):
         self._web = web
         self._token = control_token(cookie)
         self._routes = dict(routes)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: HardenedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -122,12 +123,12 @@ class ControlServer(Process):
         return str(host), int(port)
 
     def on_start(self) -> None:
-        server = ThreadingHTTPServer(
-            self._bind, _make_handler(self._token, self._routes, self._web)
+        server = HardenedHTTPServer(
+            self._bind,
+            _make_handler(self._token, self._routes, self._web),
+            tls=self._tls,
+            what="control API",
         )
-        server.daemon_threads = True
-        if self._tls is not None:
-            serve_https(server, self._tls, "control API")
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name=f"control-{self._bind[1]}", daemon=True
@@ -202,13 +203,13 @@ def _make_handler(token: str, routes: dict[tuple[str, str], Handler], web: Any =
 
         def _body(self) -> dict[str, Any]:
             length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
+            if length < 0 or length > MAX_BODY:
                 raise ValueError(f"body too large ({length} bytes; limit {MAX_BODY})")
             if not length:
                 return {}
             try:
                 data = json.loads(self.rfile.read(length))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
                 raise ValueError(f"body is not JSON: {exc}") from None
             if not isinstance(data, dict):
                 raise ValueError("body must be a JSON object")
