@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import logging
 import re
 import selectors
@@ -451,6 +452,29 @@ class HardenedHTTPServer:
             self._told.clear()
         self._told[key] = now
         log.warning(msg, *args)
+
+
+def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
+    """Is the Host (or Origin's host) header one of `allowed`, with any port, or an IP
+    address? DNS rebinding needs a name: a browser sends the name it resolved, never the
+    IP it rebound to, so an IP literal is a client that meant this address."""
+    if not header:
+        return False
+    value = header.strip().lower()
+    if "://" in value:
+        value = value.split("://", 1)[1]
+    value = value.split("/", 1)[0]
+    if value.startswith("["):
+        value = value[1 : value.find("]")] if "]" in value else value
+    elif value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    if value in allowed:
+        return True
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _one_shot(handler: type) -> Callable[..., Any]:

@@ -41,6 +41,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -158,7 +159,31 @@ class ControlServer(Process):
             server.server_close()
 
 
+class _BadTokenLog:
+    """A bad token is logged at most once per address every 10 s (a script retrying with a
+    stale cookie must not flood the log), with how many were not logged."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def warn(self, address: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(address)
+            if last is not None and now - last[0] < 10.0:
+                self._last[address] = (last[0], last[1] + 1)
+                return
+            if len(self._last) >= 10_000:
+                self._last.clear()
+            self._last[address] = (now, 0)
+        more = f" ({last[1]} more in the last 10 s)" if last is not None and last[1] else ""
+        log.warning("control: bad or missing token from %s%s", address, more)
+
+
 def _make_handler(token: str, routes: dict[tuple[str, str], Handler], web: Any = None) -> type:
+    told = _BadTokenLog()
+
     class _Handler(BaseHTTPRequestHandler):
         server_version = "rabbitry-control"
         protocol_version = "HTTP/1.1"
@@ -179,7 +204,7 @@ def _make_handler(token: str, routes: dict[tuple[str, str], Handler], web: Any =
                 return
             given = self.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                log.warning("control: bad or missing token from %s", self.address_string())
+                told.warn(self.address_string())
                 self._reply(401, {"error": "bad or missing token (it derives from the cookie)"})
                 return
             handler = routes.get((method, self.path.split("?", 1)[0]))

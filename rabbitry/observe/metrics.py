@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 
 from monitors.alarms import DISK, MEMORY
-from monitors.httpd import HardenedHTTPServer
+from monitors.httpd import HardenedHTTPServer, host_allowed
 from rabbitry.observe.gather import Gathered, Gatherer
 from rabbitry.observe.parts import node_parts
 from supervisors import Process
@@ -366,12 +366,20 @@ def bind_metrics_server(
     return HardenedHTTPServer((host, port), handler, tls=tls, what="metrics")
 
 
-def _make_handler(registry: CollectorRegistry) -> type:
+def _make_handler(registry: CollectorRegistry, allowed_hosts: frozenset[str] | None = None) -> type:
+    """`allowed_hosts`: on plain HTTP, the Host names served (DNS rebinding: a page
+    elsewhere whose name resolves to us must not read the metrics); None: any."""
+
     class _Handler(BaseHTTPRequestHandler):
         server_version = "rabbitry-metrics"
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if allowed_hosts is not None and not host_allowed(
+                self.headers.get("Host"), allowed_hosts
+            ):
+                self._send(421, b"unknown Host: use the metrics listener's address\n", "text/plain")
+                return
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                 try:
@@ -415,7 +423,15 @@ class MetricsServer(Process):
         registry, self._collector = metrics_registry(self._node)
         try:
             tls = self._node.tls.https_server if self._node.tls is not None else None
-            server = bind_metrics_server(address.host, address.port, _make_handler(registry), tls)
+            allowed = None
+            if tls is None:
+                node_host = config.node.rpartition("@")[2]
+                allowed = frozenset(
+                    {address.host.lower(), node_host.lower(), "localhost", "127.0.0.1", "::1"}
+                )
+            server = bind_metrics_server(
+                address.host, address.port, _make_handler(registry, allowed), tls
+            )
         except OSError as exc:
             from rabbitry.node_config import NodeConfigError
 

@@ -79,7 +79,7 @@ def test_silent_sockets_cost_no_thread_and_a_node_still_joins(make_kernel):
     silent = [_raw(a) for _ in range(200)]
     try:
         wait_until(lambda: len(a._pending_loop) >= 200, "200 pending connections")
-        assert threading.active_count() - before < 5
+        assert threading.active_count() - before < 10  # a thread per socket would be 200
         friend = make_kernel("friend")
         mesh(a, friend)
         assert friend.connect(a.node, timeout=2)
