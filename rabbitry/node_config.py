@@ -354,13 +354,15 @@ class _NodeChecker(ConfigChecker):
             return None
         if not isinstance(section, dict):
             self.fail("tls", "a mapping with certfile, keyfile and cafile", typed(section))
-        self.check_keys(section, "tls", _TLS_KEYS)
+        self.check_keys(section, "tls", (*_TLS_KEYS, "crlfile"))
         paths = {}
         for key in _TLS_KEYS:
             self.require(
                 section, "tls", key, "a path to a PEM file (`rabbitry tls gen` makes them)"
             )
             paths[key] = Path(self.path_value(section, "tls", key) or "")
+        if "crlfile" in section:  # optional: certificates revoked by `rabbitry tls revoke`
+            paths["crlfile"] = Path(self.path_value(section, "tls", "crlfile") or "")
         files = TlsFiles(**paths)
         try:
             check_tls_files(files, node)
