@@ -70,6 +70,7 @@ class _Entry:
     first: bytes = b""  # the peer's first raw bytes (for the TLS hint)
     out: bytearray = field(default_factory=bytearray)
     until: float = 0.0  # hold: close at; token: retry at
+    proof_at: float = 0.0  # token: when its proof arrived (served in that order)
     name: str = ""
 
 
@@ -162,6 +163,14 @@ class PendingLoop:
         return soonest
 
     def _timers(self, now: float) -> None:
+        # Proofs waiting for their address's token, in the order they arrived. A guesser
+        # that hangs up leaves the queue at once, so a right-cookie node that arrives
+        # during a flood waits about as long as a guesser is willing to wait (measured in
+        # benchmarks/hostile.py).
+        waiting = [e for e in self._entries.values() if e.state == "token" and now >= e.until]
+        for entry in sorted(waiting, key=lambda e: e.proof_at):
+            if now < entry.deadline:
+                self._check_proof(entry, now)
         for entry in list(self._entries.values()):
             if entry.state == "hold":
                 if now >= entry.until:
@@ -173,8 +182,6 @@ class PendingLoop:
                 else:
                     verdict = entry.core.timeout().verdict
                     self._reject(entry, verdict.reason, verdict.detail)
-            elif entry.state == "token" and now >= entry.until:
-                self._check_proof(entry, now)
 
     # ------------------------------------------------------------------ accepting
 
@@ -307,6 +314,8 @@ class PendingLoop:
     def _check_proof(self, entry: _Entry, now: float) -> None:
         garbage = not MAGIC.startswith(entry.early[: len(MAGIC)])
         if not garbage and not self.tarpit.take(entry.source, now):
+            if entry.state != "token":
+                entry.proof_at = now
             entry.state = "token"
             entry.until = now + max(self.tarpit.wait(entry.source, now), 0.01)
             return
