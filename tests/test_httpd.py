@@ -136,17 +136,22 @@ def test_slowloris_is_closed_at_the_header_deadline(server):
     assert answer == b"" or _status(answer) == 408
 
 
-def test_silent_sockets_cost_no_thread_and_a_request_still_gets_through(server):
+def test_silent_sockets_cost_no_thread_and_a_request_still_gets_through():
+    # A long deadline, so that all 500 are held at once however slowly they connect.
+    srv = HardenedHTTPServer(("127.0.0.1", 0), _Echo, what="test", header_timeout=60.0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
     before = threading.active_count()
-    silent = [_connect(server) for _ in range(500)]
+    silent = [_connect(srv) for _ in range(500)]
     try:
-        wait_until(lambda: server.connections >= 500, "500 pending connections")
+        wait_until(lambda: srv.connections >= 500, "500 pending connections")
         assert threading.active_count() - before < 10  # a thread per socket would be 500
-        assert _status(_exchange(server, b"GET /ok HTTP/1.1\r\n\r\n")) == 200
-        wait_until(lambda: server.connections == 0, "the deadline to close them")
+        assert _status(_exchange(srv, b"GET /ok HTTP/1.1\r\n\r\n")) == 200
     finally:
         for sock in silent:
             sock.close()
+        wait_until(lambda: srv.connections == 0, "the server to drop the closed ones")
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_beyond_the_cap_a_503(server):
