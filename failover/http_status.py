@@ -4,8 +4,14 @@
     GET  /.json           the status as JSON
     GET  /.txt            the status as "key: value" lines
     POST /initiate_master_switch   201 "Master switch initiated" or 200 "No master switch
-                          necessary" (Beetle also accepts GET; so do we)
+                          necessary", with `Authorization: Bearer <http_token>` only (Beetle
+                          also accepts GET and no token: we do not, a switch changes state;
+                          GET answers 405; no token configured: 403)
     anything else         404
+
+Host must name this page (its listen host, localhost, 127.0.0.1 or ::1; 421 otherwise) and a
+switch's Origin too, if sent (403), so that a page elsewhere cannot drive it through DNS
+rebinding or a cross-site form. Bad tokens are logged at most once per 10 s.
 
 The server runs on its own thread and only calls the two callables it is given, which must be
 thread-safe (the RCS shell answers them through its actor).
@@ -13,16 +19,18 @@ thread-safe (the RCS shell answers them through its actor).
 
 from __future__ import annotations
 
+import hmac
 import html
 import json
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from monitors.tls import serve_https
+from monitors.httpd import HardenedHTTPServer, host_allowed
 
 __all__ = ["BEETLE_KEYS", "StatusServer", "format_text"]
 
@@ -81,13 +89,14 @@ class StatusServer:
         status: Callable[[], dict[str, Any]],
         initiate_master_switch: Callable[[], bool],
         tls: Callable[[], ssl.SSLContext] | None = None,
+        *,
+        switch_token: str | None = None,
     ) -> None:
-        handler = _handler(status, initiate_master_switch)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        handler = _handler(status, initiate_master_switch, switch_token, _allowed_hosts(host))
+        self._server = HardenedHTTPServer(
+            (host, port), handler, tls=tls, what="failover status page"
+        )
         self.https = tls is not None
-        if tls is not None:
-            serve_https(self._server, tls, "failover status page")
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"failover-http-{port}", daemon=True
         )
@@ -106,9 +115,26 @@ class StatusServer:
         self._server.server_close()
 
 
+def _allowed_hosts(host: str) -> frozenset[str]:
+    """Names a browser may use for this page (DNS rebinding: any other Host is refused)."""
+    return frozenset({host.strip("[]").lower(), "localhost", "127.0.0.1", "::1"})
+
+
 def _handler(
-    status: Callable[[], dict[str, Any]], initiate: Callable[[], bool]
+    status: Callable[[], dict[str, Any]],
+    initiate: Callable[[], bool],
+    token: str | None = None,
+    allowed: frozenset[str] = frozenset(),
 ) -> type[BaseHTTPRequestHandler]:
+    told = {"at": -1e9}
+
+    def tell(msg: str, *args: Any) -> None:  # bad tokens: a warning every 10 s, else debug
+        now = time.monotonic()
+        fresh = now - told["at"] >= 10.0
+        if fresh:
+            told["at"] = now
+        log.log(logging.WARNING if fresh else logging.DEBUG, msg, *args)
+
     class _Handler(BaseHTTPRequestHandler):
         server_version = "rabbitry-failover"
 
@@ -155,18 +181,43 @@ def _handler(
                 self._send(200, "No master switch necessary\n", "text/plain")
 
         def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] == "/initiate_master_switch":
-                self._switch()
+            if not host_allowed(self.headers.get("Host"), allowed):
+                self._send(421, "unknown Host (use the page's own address)\n", "text/plain")
+            elif self.path.split("?", 1)[0] == "/initiate_master_switch":
+                # A switch changes state: never on a GET (a link, a prefetch, an <img>).
+                self._send(405, "POST /initiate_master_switch with the token\n", "text/plain")
             else:
                 self._status_page()
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
+            if length > 0:  # the server bounded it; never read(-1)
                 self.rfile.read(min(length, 65536))
-            if self.path.split("?", 1)[0] == "/initiate_master_switch":
-                self._switch()
-            else:
+            if self.path.split("?", 1)[0] != "/initiate_master_switch":
                 self._send(404, "not found\n", "text/plain")
+                return
+            origin = self.headers.get("Origin")
+            if not host_allowed(self.headers.get("Host"), allowed) or (
+                origin is not None and not host_allowed(origin, allowed)
+            ):
+                tell(
+                    "failover http: refused a switch from %s: Host or Origin",
+                    self.client_address[0],
+                )
+                self._send(403, "refused: Host or Origin is not this page's\n", "text/plain")
+                return
+            if token is None:
+                self._send(
+                    403,
+                    "the switch is disabled: start the server with an http_token\n",
+                    "text/plain",
+                )
+                return
+            given = self.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                tell("failover http: bad or missing token from %s", self.client_address[0])
+                self._send(401, "bad or missing token\n", "text/plain")
+                return
+            self._switch()
 
     return _Handler

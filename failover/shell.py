@@ -402,6 +402,7 @@ class ConfigurationServer(_FailoverShell):
         node: str | None = None,
         master_file: str | Path | None = None,
         http: str | None = None,
+        http_token: str | None = None,
         elector: Any = None,
         monitor: Any = None,
         takeover_after: float | None = None,
@@ -417,6 +418,7 @@ class ConfigurationServer(_FailoverShell):
         self._server_id = server_id
         self._file = RedisMasterFile(master_file, system) if master_file else None
         self._http_spec = http
+        self._http_token = http_token
         self._http: StatusServer | None = None
         self._tls = _tls_contexts(tls) if tls is not None else None
         self._elector = elector
@@ -471,6 +473,7 @@ class ConfigurationServer(_FailoverShell):
                 self._status_from_http,
                 self._switch_from_http,
                 tls=self._tls.https_server if self._tls is not None else None,
+                switch_token=self._http_token,
             )
             self._http.start()
             scheme = "https" if self._tls is not None else "http"

@@ -41,11 +41,13 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from monitors.tls import https_client_context, serve_https
+from monitors.httpd import HardenedHTTPServer
+from monitors.tls import https_client_context
 from rabbitry.node_config import _is_loopback as is_loopback
 from supervisors import CallerError, Process
 
@@ -111,7 +113,7 @@ class ControlServer(Process):
         self._web = web
         self._token = control_token(cookie)
         self._routes = dict(routes)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: HardenedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -122,12 +124,12 @@ class ControlServer(Process):
         return str(host), int(port)
 
     def on_start(self) -> None:
-        server = ThreadingHTTPServer(
-            self._bind, _make_handler(self._token, self._routes, self._web)
+        server = HardenedHTTPServer(
+            self._bind,
+            _make_handler(self._token, self._routes, self._web),
+            tls=self._tls,
+            what="control API",
         )
-        server.daemon_threads = True
-        if self._tls is not None:
-            serve_https(server, self._tls, "control API")
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name=f"control-{self._bind[1]}", daemon=True
@@ -157,7 +159,31 @@ class ControlServer(Process):
             server.server_close()
 
 
+class _BadTokenLog:
+    """A bad token is logged at most once per address every 10 s (a script retrying with a
+    stale cookie must not flood the log), with how many were not logged."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def warn(self, address: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(address)
+            if last is not None and now - last[0] < 10.0:
+                self._last[address] = (last[0], last[1] + 1)
+                return
+            if len(self._last) >= 10_000:
+                self._last.clear()
+            self._last[address] = (now, 0)
+        more = f" ({last[1]} more in the last 10 s)" if last is not None and last[1] else ""
+        log.warning("control: bad or missing token from %s%s", address, more)
+
+
 def _make_handler(token: str, routes: dict[tuple[str, str], Handler], web: Any = None) -> type:
+    told = _BadTokenLog()
+
     class _Handler(BaseHTTPRequestHandler):
         server_version = "rabbitry-control"
         protocol_version = "HTTP/1.1"
@@ -178,7 +204,7 @@ def _make_handler(token: str, routes: dict[tuple[str, str], Handler], web: Any =
                 return
             given = self.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                log.warning("control: bad or missing token from %s", self.address_string())
+                told.warn(self.address_string())
                 self._reply(401, {"error": "bad or missing token (it derives from the cookie)"})
                 return
             handler = routes.get((method, self.path.split("?", 1)[0]))
@@ -202,13 +228,13 @@ def _make_handler(token: str, routes: dict[tuple[str, str], Handler], web: Any =
 
         def _body(self) -> dict[str, Any]:
             length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
+            if length < 0 or length > MAX_BODY:
                 raise ValueError(f"body too large ({length} bytes; limit {MAX_BODY})")
             if not length:
                 return {}
             try:
                 data = json.loads(self.rfile.read(length))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
                 raise ValueError(f"body is not JSON: {exc}") from None
             if not isinstance(data, dict):
                 raise ValueError("body must be a JSON object")

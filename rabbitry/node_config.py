@@ -24,6 +24,7 @@ same way tree files do. Relative paths are taken from the config file's director
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import stat
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from monitors.bus.urls import redact_url
 from monitors.node_monitor.config import PartitionHandling, PartitionHandlingError
 from monitors.tls import TlsFileError, TlsFiles, check_tls_files
 from supervisors import ConfigChecker, ConfigError, TreeSpec, load_tree, read_config_file
@@ -90,6 +92,8 @@ _SIZE_UNITS = {
 DEFAULT_NET_TICKTIME = 4.0
 DEFAULT_MEMORY_HIGH_WATERMARK = 0.4  # RabbitMQ's vm_memory_high_watermark default
 DEFAULT_DISK_FREE_LIMIT = 50 * 10**6  # RabbitMQ's disk_free_limit default (50 MB)
+
+log = logging.getLogger("rabbitry.node_config")
 
 
 class NodeConfigError(ConfigError):
@@ -286,6 +290,7 @@ class _NodeChecker(ConfigChecker):
                     problem="`cookie:` must be a non-empty string (its value is not shown)",
                     at=(data, "cookie"),
                 )
+            self._private_config_file()
             return self._long_enough(value.strip().encode(), data)
         path = Path(self.path_value(data, "", "cookie_file") or "")
         try:
@@ -310,6 +315,24 @@ class _NodeChecker(ConfigChecker):
             self.fail("cookie_file", "a non-empty cookie", problem=f"{path} is empty")
         return self._long_enough(text.encode(), data, path)
 
+    def _private_config_file(self) -> None:
+        """An inline `cookie:` is as secret as a cookie file, so the config file holding it
+        should be readable by its owner only. A warning, not a refusal: configs written
+        before this check must still start (a cookie_file of another mode is refused)."""
+        path = Path(self.file)
+        try:
+            info = path.stat()
+        except OSError:
+            return  # a mapping that did not come from a file (Spark's template, a test)
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            log.warning(
+                "%s holds the cookie inline and has mode %04o: anyone who can read it can "
+                "join the cluster; run `chmod 600 %s`, or move the cookie to a `cookie_file:`",
+                path,
+                stat.S_IMODE(info.st_mode),
+                path,
+            )
+
     def _long_enough(self, cookie: bytes, data: dict, path: Path | None = None) -> bytes:
         """Refuse a guessable cookie, saying how to make a good one (never showing it)."""
         if len(cookie) < MIN_COOKIE_BYTES:
@@ -331,13 +354,15 @@ class _NodeChecker(ConfigChecker):
             return None
         if not isinstance(section, dict):
             self.fail("tls", "a mapping with certfile, keyfile and cafile", typed(section))
-        self.check_keys(section, "tls", _TLS_KEYS)
+        self.check_keys(section, "tls", (*_TLS_KEYS, "crlfile"))
         paths = {}
         for key in _TLS_KEYS:
             self.require(
                 section, "tls", key, "a path to a PEM file (`rabbitry tls gen` makes them)"
             )
             paths[key] = Path(self.path_value(section, "tls", key) or "")
+        if "crlfile" in section:  # optional: certificates revoked by `rabbitry tls revoke`
+            paths["crlfile"] = Path(self.path_value(section, "tls", "crlfile") or "")
         files = TlsFiles(**paths)
         try:
             check_tls_files(files, node)
@@ -461,7 +486,7 @@ class _NodeChecker(ConfigChecker):
                 "bus",
                 "a bus URL: memory://, redis://host:port/db or amqp://user:pass@host:port/vhost "
                 "(rediss:// and amqps:// for TLS)",
-                show(url),
+                show(redact_url(url)),
                 at=(data, "bus"),
             )
         return url

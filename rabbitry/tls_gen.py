@@ -23,7 +23,16 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from monitors.tls import URI_SCHEME
 
-__all__ = ["CA", "NodeFiles", "generate", "make_ca", "make_cert", "stem_for", "write_key"]
+__all__ = [
+    "CA",
+    "NodeFiles",
+    "generate",
+    "make_ca",
+    "make_cert",
+    "revoke",
+    "stem_for",
+    "write_key",
+]
 
 DEFAULT_DAYS = 825  # the longest validity browsers accept for a server certificate
 CA_FILE, CA_KEY_FILE = "ca.pem", "ca-key.pem"
@@ -222,3 +231,46 @@ def generate(
         write_cert(certfile, cert)
         written.append(NodeFiles(f"*@{host}", certfile, keyfile, out / CA_FILE))
     return made, written
+
+
+CRL_FILE = "crl.pem"
+CRL_DAYS = 30  # nextUpdate: a CRL is re-signed (re-run `tls revoke`) at least this often
+
+
+def revoke(out: Path, certfiles: list[Path], days: int = CRL_DAYS) -> tuple[Path, list[int]]:
+    """Add the certificates in `certfiles` to the CRL of the CA in `out` (out/crl.pem, made
+    if missing), signed by that CA. Returns the CRL's path and every revoked serial. Raises
+    ValueError if `out` has no CA or a certificate is not the CA's."""
+    ca = load_ca(out)
+    if ca is None:
+        raise ValueError(f"no CA in {out} (ca.pem and ca-key.pem): revoke where `tls gen` ran")
+    path = out / CRL_FILE
+    revoked: dict[int, x509.RevokedCertificate] = {}
+    if path.exists():
+        for entry in x509.load_pem_x509_crl(path.read_bytes()):
+            revoked[entry.serial_number] = entry
+    now = _now()
+    for certfile in certfiles:
+        cert = x509.load_pem_x509_certificate(Path(certfile).read_bytes())
+        if cert.issuer != ca.cert.subject:
+            raise ValueError(f"{certfile} was not issued by the CA in {out}")
+        if cert.serial_number not in revoked:
+            revoked[cert.serial_number] = (
+                x509.RevokedCertificateBuilder()
+                .serial_number(cert.serial_number)
+                .revocation_date(now)
+                .build()
+            )
+    builder = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca.cert.subject)
+        .last_update(now - datetime.timedelta(minutes=5))
+        .next_update(now + datetime.timedelta(days=days))
+    )
+    for entry in revoked.values():
+        builder = builder.add_revoked_certificate(entry)
+    crl = builder.sign(ca.key, hashes.SHA256())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    os.replace(tmp, path)  # a node reading it mid-write sees the old or the new one, whole
+    return path, sorted(revoked)

@@ -58,8 +58,25 @@ class BusURL:
         return ctx
 
 
+def redact_url(url: str) -> str:
+    """`url` with the password of its user part replaced by ***, for any text (even one
+    that does not parse): errors quote the URL, and must not print its secret."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    end = min(
+        (i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest)
+    )
+    netloc, tail = rest[:end], rest[end:]
+    userinfo, at, host = netloc.rpartition("@")
+    if not at:
+        return url
+    user, colon, _password = userinfo.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{host}{tail}"
+
+
 def _bad(url: str, why: str) -> ValueError:
-    return ValueError(f"bad bus URL {url!r}: {why}; accepted forms: {ACCEPTED}")
+    return ValueError(f"bad bus URL {redact_url(url)!r}: {why}; accepted forms: {ACCEPTED}")
 
 
 def _tls_params(url: str, query: str) -> dict[str, str]:

@@ -12,6 +12,8 @@ import json
 import struct
 from typing import Any
 
+from monitors.json_depth import MAX_DEPTH, json_depth_exceeds
+
 __all__ = [
     "TICK",
     "VERSION",
@@ -37,8 +39,8 @@ _decode_json = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 
 class FrameError(Exception):
-    """A frame we cannot accept; `kind` is "too_large", "not_utf8", "not_json", "not_object"
-    or "bad_version". The connection it came on is closed."""
+    """A frame we cannot accept; `kind` is "too_large", "not_utf8", "not_json", "too_deep",
+    "not_object" or "bad_version". The connection it came on is closed."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
@@ -64,6 +66,8 @@ def decode_body(body: bytes | bytearray | memoryview) -> dict[str, Any]:
         text = bytes(body).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FrameError("not_utf8", f"frame is not UTF-8: {exc}") from None
+    if json_depth_exceeds(text):
+        raise FrameError("too_deep", f"frame nests JSON deeper than {MAX_DEPTH} levels")
     try:
         obj = _decode_json(text)
     except ValueError as exc:  # JSONDecodeError, and NaN/Infinity

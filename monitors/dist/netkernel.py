@@ -64,7 +64,9 @@ from monitors.dist.names import (
     validate_node,
     validate_registered_name,
 )
+from monitors.dist.pending import PendingLoop
 from monitors.dist.remote import _KERNELS, SIGNAL_FRAMES, RemoteRef, SignalRouter
+from monitors.dist.tarpit import Tarpit
 from monitors.dist.ticks import PeerDown, SendTick
 from monitors.dist.tls_stream import TlsStream, TlsStreamError
 from monitors.effects import SetTimer
@@ -186,17 +188,21 @@ class NetKernel(Process):
     - `net_ticktime`: a peer silent this long is down; ticks go out every quarter of it.
     - `disconnect_ban`: after `disconnect(node)`, no connection to it for this long.
     - `max_frame`: the largest frame accepted or sent, in bytes.
-    - `handshake_timeout`: an incoming handshake must finish within this.
+    - `handshake_timeout`: an incoming connection that has not finished its handshake within
+      this is closed (default: net_ticktime, at most 7 s, as Erlang's net_setuptime).
     - `connect_timeout`: an outgoing attempt's TCP connect, and then its handshake, must each
       finish within this (default 1 s, the node monitor's ping interval, as RabbitMQ pings
       down nodes every second). An attempt that started during a cut thus never holds a link
       down for long after the heal: the next ping starts a fresh one.
     - `max_queue`: bytes queued per connection before `send` waits (busy dist port).
-    - `max_handshakes`: concurrent incoming handshakes; more are refused at once.
+    - `max_handshakes`: pending incoming connections per source address; past it the oldest
+      one from that address is closed, so a newcomer is never refused (pending.py). A pending
+      connection costs no thread.
     - `creation`: normally left out: a fresh one per start.
     - `tls`: a monitors.tls.TlsContexts: every connection is then mutual TLS 1.3 with the
       cookie handshake inside, and a peer's certificate must name the node it claims to be.
-    - `cookie_gate`: the back-off for failed cookie handshakes per source address.
+    - `cookie_gate`: how long a failed cookie proof is held before its connection is closed,
+      doubling per (address, claimed name) (the tarpit, tarpit.py).
     """
 
     DEFAULT_NET_TICKTIME: ClassVar[float] = 4.0
@@ -211,10 +217,10 @@ class NetKernel(Process):
         net_ticktime: float = 4.0,
         disconnect_ban: float = 1.0,
         max_frame: int = 1 << 20,
-        handshake_timeout: float = 5.0,
+        handshake_timeout: float | None = None,
         connect_timeout: float = 1.0,
         max_queue: int = 8 << 20,
-        max_handshakes: int = 64,
+        max_handshakes: int = 256,
         creation: int | None = None,
         tls: TlsContexts | None = None,
         cookie_gate: FailureGate | None = None,
@@ -227,6 +233,7 @@ class NetKernel(Process):
         if not isinstance(cookie, bytes | bytearray) or not cookie:
             raise ValueError(f"{node}: cookie must be non-empty bytes or str")
         self._cookie = bytes(cookie)
+        handshake_timeout = _setup_time(handshake_timeout, net_ticktime)
         for what, value in (
             ("net_ticktime", net_ticktime),
             ("handshake_timeout", handshake_timeout),
@@ -269,7 +276,8 @@ class NetKernel(Process):
         self._exposed: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._subscribers: dict[str, Any] = {}
         self._call_ids = itertools.count(1)
-        self._handshakes = threading.BoundedSemaphore(max_handshakes)
+        self._max_pending_per_address = max_handshakes
+        self._pending_loop: PendingLoop | None = None
         self._stopped = threading.Event()
         self._running = False
         self._tick_wake = threading.Event()
@@ -277,11 +285,12 @@ class NetKernel(Process):
         self._handshaking: set[socket.socket] = set()  # closed on stop, so no thread lingers
         self._threads: list[threading.Thread] = []
         self._tls = tls
-        # Failed cookie handshakes per source address (rate limit), and peers we failed to
-        # reach for a reason that retrying soon cannot fix (TLS refused, a plain/TLS mismatch,
-        # a wrong cookie): both under _gate_lock. `_told` keeps logs to one line per reason.
+        # The tarpit for failed cookie proofs (only the pending loop's thread uses it), and
+        # peers we failed to reach for a reason that retrying soon cannot fix (TLS refused, a
+        # plain/TLS mismatch, a wrong cookie), under _gate_lock. `_told` keeps logs to one
+        # line per reason.
         self._gate_lock = threading.Lock()
-        self._cookie_gate = cookie_gate if cookie_gate is not None else FailureGate()
+        self._tarpit = Tarpit(cookie_gate)
         self._connect_gate = FailureGate(free=0, initial=1.0, maximum=30.0)
         self._told: dict[str, tuple[str, float]] = {}
         _BY_URN[self.actor_urn] = self
@@ -322,7 +331,14 @@ class NetKernel(Process):
         self.address = format_address(host, sock.getsockname()[1])
         self._running = True
         _KERNELS.add(self)
-        for target, name in ((self._accept_loop, "listener"), (self._tick_loop, "ticker")):
+        self._pending_loop = PendingLoop(
+            self,
+            sock,
+            self._tarpit,
+            deadline=self.handshake_timeout,
+            per_address=self._max_pending_per_address,
+        )
+        for target, name in ((self._pending_loop.run, "listener"), (self._tick_loop, "ticker")):
             thread = threading.Thread(target=target, name=f"dist-{name} {self.node}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -349,10 +365,11 @@ class NetKernel(Process):
             return
         self._stopped.set()
         _KERNELS.discard(self)
+        if self._pending_loop is not None:
+            self._pending_loop.stop()  # it closes the listener's pending connections
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
         with self._lock:
             conns = list(self._conns.values())
             pendings = list(self._outgoing.values())
@@ -369,6 +386,8 @@ class NetKernel(Process):
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(2.0)
+        if self._listener is not None:
+            self._listener.close()
         for conn in conns:
             conn.join(2.0)
         log.info("dist %s: stopped", self.node)
@@ -945,22 +964,6 @@ class NetKernel(Process):
             _, step = self._connect_gate.failed(node, time.monotonic())
         self._tell(node, what, why, f"; backing off, next attempt in {step:g} s")
 
-    def _cookie_failed(self, source: str, where: str) -> None:
-        """A failed cookie proof from `source`: past a few, refuse that address for a while,
-        with one line per back-off step."""
-        with self._gate_lock:
-            failures, step = self._cookie_gate.failed(source, time.monotonic())
-        if step:
-            log.warning(
-                "dist %s: %d failed cookie handshakes from %s (last %s); refusing its "
-                "connections for %g s",
-                self.node,
-                failures,
-                source,
-                where,
-                step,
-            )
-
     def _tcp_connect(self, address: tuple[str, int]) -> socket.socket:
         """TCP connect within `connect_timeout`, sending a fresh SYN every _SYN_RETRY s
         rather than waiting for the kernel's retransmits; raises OSError (TimeoutError when
@@ -986,110 +989,57 @@ class NetKernel(Process):
             log.debug("dist %s: dropped %d queued message(s) for %s", self.node, dropped, node)
         pending.done.set()
 
-    def _accept_loop(self) -> None:
-        listener = self._listener
-        assert listener is not None
-        while not self._stopped.is_set():
-            try:
-                sock, peer = listener.accept()
-            except OSError as exc:
-                if self._stopped.is_set():
-                    return
-                log.warning("dist %s: accept failed: %s", self.node, exc)
-                time.sleep(0.05)  # e.g. out of file descriptors: do not spin
-                continue
-            where = format_address(peer[0], peer[1])
-            with self._gate_lock:
-                wait = self._cookie_gate.blocked_for(str(peer[0]), time.monotonic())
-            if wait:
-                log.debug(
-                    "dist %s: refused %s: backing off for %.1f s more", self.node, where, wait
-                )
-                _close(sock)
-                continue
-            if not self._handshakes.acquire(blocking=False):
-                log.warning(
-                    "dist %s: refused connection from %s: too many handshakes in progress",
-                    self.node,
-                    where,
-                )
-                _close(sock)
-                continue
-            threading.Thread(
-                target=self._acceptor,
-                args=(sock, where, str(peer[0])),
-                name=f"dist-accept {self.node}<-{where}",
-                daemon=True,
-            ).start()
+    # The pending loop (pending.py) accepts and drives each incoming handshake to the hello,
+    # on one thread; these are its calls back into the kernel.
 
-    def _acceptor(self, sock: socket.socket, where: str, source: str = "") -> None:
+    def new_acceptor(self) -> Acceptor:
+        return Acceptor(
+            self._cookie,
+            self.node,
+            self.creation,
+            nonce=os.urandom(NONCE_SIZE),
+            max_frame=self.max_frame,
+        )
+
+    def tls_server_stream(self, sock: socket.socket) -> TlsStream | None:
+        return TlsStream(sock, self._tls.dist_server(), server_side=True) if self._tls else None
+
+    def hello(  # noqa: PLR0917
+        self,
+        sock: socket.socket,
+        core: Acceptor,
+        verdict: NeedDecision,
+        stream: TlsStream | None,
+        where: str,
+        source: str,
+    ) -> None:
+        """`verdict.node` proved the cookie and said hello on `sock` (blocking again): decide,
+        and publish the connection or refuse it."""
         conn = None
         try:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            deadline = time.monotonic() + self.handshake_timeout
-            stream = None
-            if self._tls is not None:
-                stream = TlsStream(sock, self._tls.dist_server(), server_side=True)
-                try:
-                    stream.handshake(deadline)
-                except TlsStreamError as exc:
-                    _close(sock)
-                    self._tell(source, f"rejected connection from {where}", str(exc))
-                    return
-            core = Acceptor(
-                self._cookie,
-                self.node,
-                self.creation,
-                nonce=os.urandom(NONCE_SIZE),
-                max_frame=self.max_frame,
-            )
-            verdict = self._handshake(sock, core, deadline, stream)
-            if isinstance(verdict, NeedDecision):
-                sock.settimeout(None)
-                with self._gate_lock:
-                    self._cookie_gate.succeeded(source)
-                impostor = stream is not None and self._impostor(stream, verdict.node)
-                if impostor:
-                    self._tell(source, f"refused {verdict.node} from {where}", impostor)
-                with self._lock:
-                    status = (
-                        NOT_ALLOWED if impostor else self._decide(verdict.node, verdict.creation)
-                    )
-                    step = core.decide(status)
-                    if isinstance(step.verdict, Established):
-                        old = self._conns.get(verdict.node)
-                        if old is not None:  # a restarted peer, or one that saw ours die
-                            self._connection_down(old, CONNECTION_CLOSED)
-                        conn = self._publish(sock, step.verdict, False, where, step.out, stream)
-                if conn is None:
-                    log.debug(
-                        "dist %s: refused %s from %s: %s", self.node, verdict.node, where, status
-                    )
-                    with contextlib.suppress(OSError):
-                        sock.settimeout(1.0)
-                        sock.sendall(stream.seal(step.out) if stream is not None else step.out)
-                    _close(sock)
-                else:
-                    conn.start()
-                return
-            _close(sock)
-            assert isinstance(verdict, Failed)
-            if verdict.reason == "bad_cookie":
-                self._cookie_failed(source, where)
-            log.warning(
-                "dist %s: rejected connection from %s: %s (%s)",
-                self.node,
-                where,
-                verdict.reason,
-                verdict.detail,
-            )
+            impostor = stream is not None and self._impostor(stream, verdict.node)
+            if impostor:
+                self._tell(source, f"refused {verdict.node} from {where}", impostor)
+            with self._lock:
+                status = NOT_ALLOWED if impostor else self._decide(verdict.node, verdict.creation)
+                step = core.decide(status)
+                if isinstance(step.verdict, Established):
+                    old = self._conns.get(verdict.node)
+                    if old is not None:  # a restarted peer, or one that saw ours die
+                        self._connection_down(old, CONNECTION_CLOSED)
+                    conn = self._publish(sock, step.verdict, False, where, step.out, stream)
+            if conn is None:
+                log.debug("dist %s: refused %s from %s: %s", self.node, verdict.node, where, status)
+                with contextlib.suppress(OSError):
+                    sock.settimeout(1.0)
+                    sock.sendall(stream.seal(step.out) if stream is not None else step.out)
+                _close(sock)
+            else:
+                conn.start()
         except Exception:
             log.exception("dist %s: handshake with %s failed", self.node, where)
             if conn is None:
                 _close(sock)
-        finally:
-            self._handshakes.release()
 
     def _handshake(
         self,
@@ -1292,6 +1242,14 @@ class NetKernel(Process):
                 self._connection_down(conn, effect.reason)
             elif isinstance(effect, SetTimer):
                 conn.tick_due = now + effect.after
+
+
+def _setup_time(handshake_timeout: float | None, net_ticktime: Any) -> Any:
+    """The pending-connection deadline: as given, else net_ticktime up to 7 s (Erlang's
+    net_setuptime default)."""
+    if handshake_timeout is not None:
+        return handshake_timeout
+    return min(net_ticktime, 7.0) if isinstance(net_ticktime, int | float) else 7.0
 
 
 def _close(sock: socket.socket) -> None:

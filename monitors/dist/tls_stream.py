@@ -33,7 +33,7 @@ class TlsStreamError(Exception):
         self.kind = kind
 
 
-def _hint(first: bytes, server_side: bool) -> str:
+def tls_hint(first: bytes, server_side: bool) -> str:
     if first and MAGIC.startswith(first[: len(MAGIC)]):
         return " (the peer speaks plain dist: it runs without `tls:`)"
     if not first and server_side:
@@ -56,6 +56,7 @@ class TlsStream:
         self._obj = context.wrap_bio(self._in, self._out, server_side=server_side)
         self._server_side = server_side
         self._lock = threading.Lock()
+        self.alert = b""
 
     def handshake(self, deadline: float) -> None:
         """Run the TLS handshake on the socket until `deadline` (monotonic). Raises
@@ -70,7 +71,7 @@ class TlsStream:
                 done = False
             except ssl.SSLError as exc:
                 self._flush_quietly()  # the alert tells the peer why
-                hint = _hint(first, self._server_side)
+                hint = tls_hint(first, self._server_side)
                 raise TlsStreamError(f"TLS handshake failed: {_reason(exc)}{hint}") from None
             out = self._out.read()
             if out:
@@ -79,12 +80,12 @@ class TlsStream:
                     sock.sendall(out)
                 except OSError as exc:
                     raise TlsStreamError(
-                        f"TLS handshake failed: {exc}{_hint(first, self._server_side)}", "closed"
+                        f"TLS handshake failed: {exc}{tls_hint(first, self._server_side)}", "closed"
                     ) from None
             if done:
                 return
             remaining = deadline - time.monotonic()
-            hint = _hint(first, self._server_side)
+            hint = tls_hint(first, self._server_side)
             if remaining <= 0:
                 raise TlsStreamError(f"no TLS handshake within the timeout{hint}", "timeout")
             try:
@@ -103,6 +104,25 @@ class TlsStream:
             if len(first) < 8:
                 first += data[: 8 - len(first)]
             self._in.write(data)
+
+    def handshake_step(self, data: bytes, first: bytes = b"") -> tuple[bytes, bool]:
+        """One step of the handshake without touching the socket (the pending loop's way:
+        no thread waits on a peer that is slow to answer). Feed what arrived (b"" to begin);
+        returns (bytes to send, done). Raises TlsStreamError; `first` is the peer's first
+        bytes, for the hint."""
+        if data:
+            self._in.write(data)
+        try:
+            self._obj.do_handshake()
+            done = True
+        except ssl.SSLWantReadError:
+            done = False
+        except ssl.SSLError as exc:
+            # The alert that tells the peer why is left in `alert` for the caller to send.
+            hint = tls_hint(first, self._server_side)
+            self.alert = self._out.read()
+            raise TlsStreamError(f"TLS handshake failed: {_reason(exc)}{hint}") from None
+        return self._out.read(), done
 
     def _flush_quietly(self) -> None:
         out = self._out.read()

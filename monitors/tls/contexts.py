@@ -45,6 +45,11 @@ def _dist_context(files: TlsFiles, server: bool) -> ssl.SSLContext:
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_cert_chain(files.certfile, files.keyfile)
     ctx.load_verify_locations(cafile=str(files.cafile))
+    if files.crlfile is not None:
+        # A revoked peer certificate fails the handshake, in both directions. The CRL is
+        # loaded with the contexts, which are rebuilt when its file changes or on SIGHUP.
+        ctx.load_verify_locations(cafile=str(files.crlfile))
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     if server:
         # No session tickets: nothing is ever sent after the handshake but our own records,
         # which keeps the reader and writer of a connection independent (tls_stream.py).

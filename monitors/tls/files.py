@@ -35,9 +35,13 @@ class TlsFiles:
     certfile: Path
     keyfile: Path
     cafile: Path
+    crlfile: Path | None = None  # a CRL from the CA (`rabbitry tls revoke` writes it)
 
     def paths(self) -> dict[str, Path]:
-        return {"certfile": self.certfile, "keyfile": self.keyfile, "cafile": self.cafile}
+        paths = {"certfile": self.certfile, "keyfile": self.keyfile, "cafile": self.cafile}
+        if self.crlfile is not None:
+            paths["crlfile"] = self.crlfile
+        return paths
 
 
 def _read(key: str, path: Path) -> bytes:
@@ -72,6 +76,27 @@ def cert_san(cert: x509.Certificate) -> San:
     return tuple(out)
 
 
+def check_crl(path: Path, cas: list[x509.Certificate]) -> x509.CertificateRevocationList:
+    """The CRL in `path`, which one of `cas` must have signed (a CRL from another CA would
+    revoke nothing and hide the mistake)."""
+    try:
+        crl = x509.load_pem_x509_crl(_read("crlfile", path))
+    except ValueError as exc:
+        raise TlsFileError("crlfile", f"{path} holds no PEM CRL ({exc})") from None
+    for ca in cas:
+        if ca.subject == crl.issuer:
+            try:
+                if crl.is_signature_valid(ca.public_key()):  # type: ignore[arg-type]
+                    return crl
+            except TypeError:
+                continue
+    raise TlsFileError(
+        "crlfile",
+        f"{path} is not signed by the CA in cafile (it is from {crl.issuer.rfc4514_string()}); "
+        "make it with `rabbitry tls revoke` in the CA's directory",
+    )
+
+
 def check_tls_files(
     files: TlsFiles, node: str | None = None, now: datetime.datetime | None = None
 ) -> None:
@@ -88,7 +113,9 @@ def check_tls_files(
             f"can pose as this node: run `chmod 600 {files.keyfile}`",
         )
     cert = _certificates("certfile", files.certfile, _read("certfile", files.certfile))[0]
-    _certificates("cafile", files.cafile, _read("cafile", files.cafile))
+    cas = _certificates("cafile", files.cafile, _read("cafile", files.cafile))
+    if files.crlfile is not None:
+        check_crl(files.crlfile, cas)
     try:
         key = serialization.load_pem_private_key(_read("keyfile", files.keyfile), password=None)
     except TypeError:

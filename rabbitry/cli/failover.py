@@ -96,6 +96,11 @@ def register(commands: Any) -> None:
     start.add_argument("--client-timeout", type=float, help="seconds to wait for answers (2)")
     start.add_argument("--master-file", help="where the RCS records the master (optional)")
     start.add_argument("--http", help=f"status page address (default {DEFAULT_HTTP}; '' none)")
+    start.add_argument(
+        "--http-token-file",
+        help="a file (mode 0600) holding the token that POST /initiate_master_switch must "
+        "send as `Authorization: Bearer TOKEN`; without it the page cannot switch",
+    )
     start.set_defaults(handler=server_start, help_parser=start)
 
     cstart = _role_start(
@@ -211,6 +216,26 @@ def _typed(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _token_file(path: Any) -> str | None:
+    """The status page's switch token, from a file only its owner can read."""
+    if path is None:
+        return None
+    import stat
+    from pathlib import Path
+
+    file = Path(str(path))
+    try:
+        mode = stat.S_IMODE(file.stat().st_mode)
+        token = file.read_text().strip()
+    except OSError as exc:
+        raise _Usage(f"--http-token-file: cannot read {file}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise _Usage(f"--http-token-file: {file} has mode {mode:04o}; run `chmod 600 {file}`")
+    if len(token) < 16:
+        raise _Usage(f"--http-token-file: {file} holds fewer than 16 characters")
+    return token
+
+
 def _list(value: Any, what: str) -> list[str]:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
@@ -230,6 +255,7 @@ SERVER_OPTIONS = (
     "client_timeout",
     "master_file",
     "http",
+    "http_token_file",
 )
 CLIENT_OPTIONS = ("bus", "system", "exchange", "client_id", "master_file", "multi_set")
 
@@ -256,6 +282,7 @@ def server_start(args: argparse.Namespace) -> int:
             {
                 "master_file": o.get("master_file"),
                 "http": o.get("http", DEFAULT_HTTP) or None,
+                "http_token": _token_file(o.get("http_token_file")),
                 "exchange": o.get("exchange", "rabbitry"),
                 **core,
             },

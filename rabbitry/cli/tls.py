@@ -15,6 +15,7 @@ examples:
   rabbitry tls gen --out ./tls a@127.0.0.1 b@127.0.0.1 c@127.0.0.1
   rabbitry tls gen --out ./tls d@10.0.0.7          # adds d, signed by the CA already in ./tls
   rabbitry tls gen --out ./tls --host 10.0.0.8     # any node on 10.0.0.8 (Spark executors)
+  rabbitry tls revoke --out ./tls ./tls/d.pem      # d's certificate is refused from now on
 
 Writes DIR/ca.pem and DIR/ca-key.pem (the CA; reused if DIR has one), and per node
 DIR/<name>.pem and DIR/<name>-key.pem (keys mode 0600). Each certificate carries a URI SAN
@@ -27,7 +28,7 @@ def register(commands: Any) -> None:
     """Add `tls gen` to the `rabbitry` command's subparsers."""
     tls = commands.add_parser(
         "tls",
-        help="make the certificates for TLS between nodes (tls gen)",
+        help="make the certificates for TLS between nodes (tls gen, tls revoke)",
         description="Certificates for dist over mutual TLS, HTTPS control API and metrics.",
         epilog=TLS_EPILOG,
         formatter_class=HelpFormatter,
@@ -53,6 +54,18 @@ def register(commands: Any) -> None:
     )
     gen.add_argument("--days", type=int, default=825, help="how long the certificates are valid")
     gen.set_defaults(handler=gen_command, help_parser=gen)
+    rev = sub.add_parser(
+        "revoke",
+        help="add certificates to the CA's revocation list (DIR/crl.pem)",
+        description="Add each CERT (issued by the CA in DIR) to DIR/crl.pem, signed by that CA, "
+        "and print the `crlfile:` line for the nodes' `tls:` section. Copy crl.pem to every "
+        "node: a node checks it on every new connection and re-reads it on SIGHUP (or when the "
+        "file changes).",
+        formatter_class=HelpFormatter,
+    )
+    rev.add_argument("--out", required=True, metavar="DIR", help="the CA's directory (tls gen's)")
+    rev.add_argument("certs", nargs="+", metavar="CERT", help="certificate files to revoke")
+    rev.set_defaults(handler=revoke_command, help_parser=rev)
 
 
 def gen_command(args: argparse.Namespace) -> int:
@@ -89,4 +102,18 @@ def gen_command(args: argparse.Namespace) -> int:
     print(f"{'made' if made else 'reused'} the CA {out / 'ca.pem'} (its key: {out / 'ca-key.pem'})")
     for files in written:
         print(f"\n# {files.node}: paste into its config\n{files.tls_lines()}", end="")
+    return 0
+
+
+def revoke_command(args: argparse.Namespace) -> int:
+    from rabbitry.tls_gen import revoke
+
+    out = Path(args.out).resolve()
+    try:
+        path, serials = revoke(out, [Path(c) for c in args.certs])
+    except (OSError, ValueError) as exc:
+        print(f"rabbitry tls revoke: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path} revokes {len(serials)} certificate(s); in each node's `tls:` section:")
+    print(f"  crlfile: {path}")
     return 0

@@ -201,6 +201,7 @@ class DemoStack:
             path = self.root / "nodes" / f"{name.split('@')[0]}.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(config, indent=2))
+            os.chmod(path, 0o600)  # it holds the cookie inline
             argv = [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)]
             specs.append(NodeSpec(name, argv, ready_timeout=60.0))
         self.launcher = Launcher(grace=10.0)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -26,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 
 from monitors.alarms import DISK, MEMORY
-from monitors.tls import serve_https
+from monitors.httpd import HardenedHTTPServer, host_allowed
 from rabbitry.observe.gather import Gathered, Gatherer
 from rabbitry.observe.parts import node_parts
 from supervisors import Process
@@ -396,24 +395,29 @@ def metrics_registry(node: Any) -> tuple[CollectorRegistry, NodeCollector]:
     return registry, collector
 
 
-def bind_metrics_server(host: str, port: int, handler: type) -> ThreadingHTTPServer:
-    """Create the listening HTTP server, the one place its socket is made (a TLS wrapper
-    takes the server this returns and wraps `server.socket`). Raises OSError if the address
-    is taken or not this host's."""
-
-    class _Server(ThreadingHTTPServer):
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        daemon_threads = True
-
-    return _Server((host, port), handler)
+def bind_metrics_server(
+    host: str, port: int, handler: type, tls: Callable[[], Any] | None = None
+) -> HardenedHTTPServer:
+    """Create the listening HTTP(S) server (monitors.httpd: timeouts, bounded connections),
+    the one place its socket is made. Raises OSError if the address is taken or not this
+    host's."""
+    return HardenedHTTPServer((host, port), handler, tls=tls, what="metrics")
 
 
-def _make_handler(registry: CollectorRegistry) -> type:
+def _make_handler(registry: CollectorRegistry, allowed_hosts: frozenset[str] | None = None) -> type:
+    """`allowed_hosts`: on plain HTTP, the Host names served (DNS rebinding: a page
+    elsewhere whose name resolves to us must not read the metrics); None: any."""
+
     class _Handler(BaseHTTPRequestHandler):
         server_version = "rabbitry-metrics"
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if allowed_hosts is not None and not host_allowed(
+                self.headers.get("Host"), allowed_hosts
+            ):
+                self._send(421, b"unknown Host: use the metrics listener's address\n", "text/plain")
+                return
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                 try:
@@ -448,7 +452,7 @@ class MetricsServer(Process):
     def __init__(self, node: Any) -> None:
         super().__init__()
         self._node = node
-        self._server: ThreadingHTTPServer | None = None
+        self._server: HardenedHTTPServer | None = None
         self._collector: NodeCollector | None = None
 
     def on_start(self) -> None:
@@ -456,7 +460,16 @@ class MetricsServer(Process):
         address = config.metrics
         registry, self._collector = metrics_registry(self._node)
         try:
-            server = bind_metrics_server(address.host, address.port, _make_handler(registry))
+            tls = self._node.tls.https_server if self._node.tls is not None else None
+            allowed = None
+            if tls is None:
+                node_host = config.node.rpartition("@")[2]
+                allowed = frozenset(
+                    {address.host.lower(), node_host.lower(), "localhost", "127.0.0.1", "::1"}
+                )
+            server = bind_metrics_server(
+                address.host, address.port, _make_handler(registry, allowed), tls
+            )
         except OSError as exc:
             from rabbitry.node_config import NodeConfigError
 
@@ -469,8 +482,6 @@ class MetricsServer(Process):
                 problem=f"cannot listen on {address}: {why}; expected a free address of this "
                 "host (is another node or rabbitmq_prometheus using it?)",
             ) from None
-        if self._node.tls is not None:  # with `tls:`, HTTPS with the node's certificate
-            serve_https(server, self._node.tls.https_server, "metrics")
         self._server = server
         threading.Thread(
             target=server.serve_forever, name=f"metrics-{address.port}", daemon=True

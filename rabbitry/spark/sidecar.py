@@ -97,6 +97,7 @@ class Sidecar:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config_path = self.data_dir / "node.yaml"
         config_path.write_text(json.dumps(self.config_data, indent=2))  # JSON is YAML
+        os.chmod(config_path, 0o600)  # it holds the cookie inline
         command = [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(config_path)]
         node = ChildSpec(
             "node",

@@ -265,11 +265,11 @@ class _Request:
 
     def body(self) -> dict[str, Any]:
         length = int(self.h.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
+        if length < 0 or length > MAX_BODY:
             raise ValueError(f"body too large ({length} bytes; limit {MAX_BODY})")
         try:
             data = json.loads(self.h.rfile.read(length) or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"body is not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ValueError("body must be a JSON object")

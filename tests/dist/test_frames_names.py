@@ -106,3 +106,16 @@ def test_creation_is_a_fresh_nonzero_u32():
     seen = {new_creation() for _ in range(100)}
     assert len(seen) > 95
     assert all(0 < c < 2**32 for c in seen)
+
+
+def test_json_depth_is_bounded_before_decoding():
+    from monitors.json_depth import MAX_DEPTH, json_depth_exceeds
+
+    assert not json_depth_exceeds("[" * MAX_DEPTH + "]" * MAX_DEPTH)
+    assert json_depth_exceeds("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
+    assert not json_depth_exceeds('["' + "[" * 1000 + '"]')  # brackets in a string
+    assert not json_depth_exceeds('["\\"' + "{" * 1000 + '"]')  # after an escaped quote
+    body = b'{"v":1,"t":"x","m":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(FrameError) as exc:
+        decode_body(body)
+    assert exc.value.kind == "too_deep"

@@ -20,6 +20,11 @@ from tests.dist.test_kernel import _fake_peer
 pytestmark = pytest.mark.timeout(60)
 
 
+def _deep_frame(depth: int) -> bytes:
+    body = b'{"v":1,"t":"send","to":"echo","m":' + b"[" * depth + b"]" * depth + b"}"
+    return struct.pack(">I", len(body)) + body
+
+
 def _rejections(caplog, node: str) -> list[str]:
     return [
         r.getMessage()
@@ -149,8 +154,9 @@ def test_an_oversized_hello_during_the_handshake(make_kernel, caplog):
         struct.pack(">I", 2) + b"\xff\xfe",
         encode({"v": 2, "t": "send", "to": "echo", "m": {}}),
         struct.pack(">I", 5) + b"[1,2]",
+        _deep_frame(100_000),
     ],
-    ids=["not-json", "not-utf8", "wrong-version", "not-an-object"],
+    ids=["not-json", "not-utf8", "wrong-version", "not-an-object", "nested-100000-deep"],
 )
 def test_a_bad_frame_closes_the_connection(make_kernel, caplog, payload):
     caplog.set_level(logging.INFO, "monitors.dist")
@@ -187,15 +193,30 @@ def test_a_malformed_but_valid_frame_is_dropped_and_the_connection_stays(make_ke
     sock.close()
 
 
-def test_a_flood_of_connections_is_bounded(make_kernel, caplog):
+def test_a_flood_from_one_address_evicts_the_oldest_pending_not_the_newcomer(make_kernel, caplog):
     caplog.set_level(logging.INFO, "monitors.dist")
-    a = make_kernel("a", max_handshakes=4, handshake_timeout=0.5)
+    a = make_kernel("a", max_handshakes=4, handshake_timeout=5.0)
     socks = [_raw(a) for _ in range(10)]
     wait_until(
-        lambda: [r for r in caplog.records if "too many handshakes" in r.getMessage()],
-        "refusals",
+        lambda: [r for r in caplog.records if "too many pending connections" in r.getMessage()],
+        "evictions",
     )
+    assert _closed_by_peer(socks[0])  # the oldest went to make room
+    _still_serves(a, make_kernel)  # a newcomer from the same address still joins
     for sock in socks:
         sock.close()
-    wait_until(lambda: len(_rejections(caplog, a.node)) >= 4, "the held ones to end")
-    _still_serves(a, make_kernel)
+
+
+def test_a_hello_nested_100000_deep_is_a_protocol_error_not_a_traceback(make_kernel, caplog):
+    caplog.set_level(logging.INFO, "monitors.dist")
+    a = make_kernel("a")
+    sock = _raw(a)
+    core = Connector(COOKIE, "x@127.0.0.1", 1, a.node, nonce=b"\x07" * 32)
+    sock.sendall(core.feed(sock.recv(38)).out[:70])
+    sock.recv(32)
+    sock.sendall(_deep_frame(100_000))
+    assert _closed_by_peer(sock)
+    sock.close()
+    (line,) = wait_until(lambda: _rejections(caplog, a.node), "the log line")
+    assert "bad_frame" in line and "deeper than" in line
+    assert not [r for r in caplog.records if r.exc_info]

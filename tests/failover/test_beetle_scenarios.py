@@ -157,6 +157,7 @@ class Beetle:
             client_ids,
             master_file=self.tmp / f"rcs-{system}.master",
             http="127.0.0.1:0",
+            http_token="beetle-switch-token",
             exchange=self.exchange,
             **{**FAST_RCS, **options},
         )
@@ -615,8 +616,8 @@ def test_redis_configuration_server_should_embed_an_http_server(beetle) -> None:
     """Scenario: Redis configuation server should embed a http server.
 
     What test_shells.py does not already check: /.html, the content types, every Beetle key
-    in /.json and /.txt (configured_redis_servers too), GET /initiate_master_switch (Beetle
-    accepts GET) and 404 for POST elsewhere. (Accelerated switch when master is down (201) /
+    in /.json and /.txt (configured_redis_servers too), POST /initiate_master_switch with the
+    token (Beetle also accepts GET without one; we do not) and 404 for POST elsewhere. (Accelerated switch when master is down (201) /
     up (200) is test_shells.py's test_the_http_status_page_and_an_accelerated_switch.)"""
     s = beetle().standard()
     wait_until(lambda: s.names() == {s.master.address}, "both files to name redis-1", WAIT)
@@ -646,7 +647,13 @@ def test_redis_configuration_server_should_embed_an_http_server(beetle) -> None:
     for key in BEETLE_KEYS:
         assert f"<th>{key}</th>" in page
 
-    with urllib.request.urlopen(f"{base}/initiate_master_switch", timeout=10) as answer:
+    switch = urllib.request.Request(
+        f"{base}/initiate_master_switch",
+        data=b"",
+        method="POST",
+        headers={"Authorization": "Bearer beetle-switch-token"},
+    )
+    with urllib.request.urlopen(switch, timeout=10) as answer:
         assert answer.status == 200 and b"No master switch necessary" in answer.read()
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(urllib.request.Request(f"{base}/.json", data=b"", method="POST"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +28,16 @@ from tests.failover.fast import FAST_RCC, FAST_RCS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
+
+
+HTTP_TOKEN = "switch-token-for-tests"
+AUTH = {"Authorization": f"Bearer {HTTP_TOKEN}"}
+
+
+def _switch(base: str, headers: dict[str, str]) -> urllib.request.Request:
+    return urllib.request.Request(
+        f"{base}/initiate_master_switch", data=b"", method="POST", headers=headers
+    )
 
 
 @pytest.fixture
@@ -64,6 +75,7 @@ def failover_set(redis_servers, tmp_path: Path) -> Iterator[Callable[..., Any]]:
             [s.address for s in servers],
             list(clients),  # the absent ones too: the RCS waits for every configured client
             http="127.0.0.1:0",
+            http_token=HTTP_TOKEN,
             master_file=tmp_path / "rcs.master",
             **{**FAST_RCS, **rcs},
         )
@@ -171,13 +183,22 @@ def test_the_http_status_page_and_an_accelerated_switch(failover_set) -> None:
     assert f"redis_master: {s.master.address}" in text
     page = urllib.request.urlopen(f"{base}/", timeout=5)
     assert page.headers["Refresh"] == "3" and b"<table>" in page.read()
-    post = urllib.request.Request(f"{base}/initiate_master_switch", data=b"", method="POST")
-    answer = urllib.request.urlopen(post, timeout=5)
+    for headers, code in (
+        ({}, 401),  # no token
+        ({"Authorization": "Bearer wrong"}, 401),
+        ({**AUTH, "Origin": "http://evil.example"}, 403),
+        ({**AUTH, "Host": "evil.example"}, 403),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(_switch(base, headers), timeout=5)
+        assert refused.value.code == code
+    with pytest.raises(urllib.error.HTTPError) as on_get:
+        urllib.request.urlopen(f"{base}/initiate_master_switch", timeout=5)
+    assert on_get.value.code == 405  # a GET never switches
+    answer = urllib.request.urlopen(_switch(base, AUTH), timeout=5)
     assert answer.status == 200 and b"No master switch necessary" in answer.read()
     s.master.stop(kill=True)
-    answer = urllib.request.urlopen(
-        urllib.request.Request(f"{base}/initiate_master_switch", data=b"", method="POST"), timeout=5
-    )
+    answer = urllib.request.urlopen(_switch(base, AUTH), timeout=5)
     assert answer.status == 201 and b"Master switch initiated" in answer.read()
     wait_until(lambda: names(s) == {s.replicas[0].address}, "the switch", 20)
     with pytest.raises(urllib.error.HTTPError) as missing:

@@ -385,3 +385,31 @@ def test_node_start_exits_2_on_an_unknown_role(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "role: expected core (the default) or ephemeral; got 'executor'" in done.stderr
+
+
+def test_an_inline_cookie_in_a_readable_file_is_warned_about(tmp_path: Path, caplog) -> None:
+    body = "node: a@127.0.0.1\nlisten: 127.0.0.1:7001\ncookie: inline-cookie-0123456789\n"
+    path = _write(tmp_path, body)
+    os.chmod(path, 0o644)
+    assert load_node_config(path).cookie == b"inline-cookie-0123456789"
+    (line,) = [
+        r.getMessage() for r in caplog.records if "holds the cookie inline" in r.getMessage()
+    ]
+    assert "mode 0644" in line and "chmod 600" in line and "inline-cookie" not in line
+    caplog.clear()
+    os.chmod(path, 0o600)
+    load_node_config(path)
+    assert not [r for r in caplog.records if "holds the cookie inline" in r.getMessage()]
+
+
+def test_a_bad_bus_url_never_shows_its_password(tmp_path: Path) -> None:
+    from monitors.bus.urls import parse_bus_url
+
+    _cookie(tmp_path)
+    path = _write(tmp_path, _minimal("bus: redix://user:hunter2secret@host:6379/0\n"))
+    with pytest.raises(NodeConfigError) as caught:
+        load_node_config(path)
+    assert "hunter2secret" not in str(caught.value) and "user:***@host" in str(caught.value)
+    with pytest.raises(ValueError) as bad:
+        parse_bus_url("redis://user:hunter2secret@host:99999/0")
+    assert "hunter2secret" not in str(bad.value) and "***" in str(bad.value)

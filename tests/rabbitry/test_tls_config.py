@@ -193,3 +193,16 @@ def test_https_control_on_loopback_checks_the_ca_but_not_the_host_name(tmp_path)
             ControlClient(host, port, cookie, cafile=tmp_path / "other.pem").status()
     finally:
         ref.stop()
+
+
+def test_tls_revoke_writes_a_crl_that_tls_crlfile_loads(tls_dir: Path, tmp_path: Path, capsys):
+    assert main(["tls", "revoke", "--out", str(tls_dir), str(tls_dir / "b.pem")]) == 0
+    out = capsys.readouterr().out
+    assert f"crlfile: {tls_dir / 'crl.pem'}" in out and "revokes 1 certificate" in out
+    crl = str(tls_dir / "crl.pem")
+    config = load_node_config(_config(tmp_path, {**_good(tls_dir), "crlfile": crl}))
+    assert config.tls is not None and config.tls.crlfile is not None
+    (tmp_path / "crl.pem").write_text("not a CRL\n")
+    with pytest.raises(NodeConfigError, match=r"tls\.crlfile.*no PEM CRL"):
+        load_node_config(_config(tmp_path, {**_good(tls_dir), "crlfile": "crl.pem"}))
+    assert main(["tls", "revoke", "--out", str(tmp_path), str(tls_dir / "b.pem")]) == 1
