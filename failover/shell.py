@@ -605,7 +605,7 @@ class ConfigurationServer(_FailoverShell):
         """Check the master now, as Beetle does when asked (on the HTTP thread: a dead server
         takes up to the Redis timeout), then let the core decide."""
         master = self._status_from_http().get("redis_master")
-        down = bool(master) and redis_ops.is_master(master) is not True
+        down = isinstance(master, str) and bool(master) and redis_ops.is_master(master) is not True
         return self.actor_ref.proxy().initiate_master_switch(down).get(timeout=5)
 
     # -- effects
@@ -674,6 +674,8 @@ class ConfigurationClient(_FailoverShell):
         if kind is WriteMasterFile:
             self._file.write(effect.server)
         elif kind is ReadMasterFile:
-            self._perform(self.core.master_file_read(self._file.read(), time.time()))
+            core = self.core
+            assert core is not None  # effects come from the core, so it exists
+            self._perform(core.master_file_read(self._file.read(), time.time()))
         else:
             super()._perform_file(effect)

@@ -480,7 +480,7 @@ def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
 def _one_shot(handler: type) -> Callable[..., Any]:
     """`handler` fed one whole request from memory, answering on the socket, then closed."""
 
-    class _OneShot(handler):  # type: ignore[misc, valid-type]
+    class _OneShot(handler):
         def __init__(self, sock: Any, address: Any, server: Any, request: bytes) -> None:
             self._request_bytes = request
             super().__init__(sock, address, server)

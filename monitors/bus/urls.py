@@ -6,6 +6,7 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import Any
 
 ACCEPTED = (
     "memory://[name], redis://[[user]:password@]host[:port][/db] or "
@@ -79,12 +80,12 @@ def _bad(url: str, why: str) -> ValueError:
     return ValueError(f"bad bus URL {redact_url(url)!r}: {why}; accepted forms: {ACCEPTED}")
 
 
-def _tls_params(url: str, query: str) -> dict[str, str]:
+def _tls_params(url: str, query: str) -> dict[str, Any]:
     try:
         pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError as exc:
         raise _bad(url, f"bad query string ({exc})") from None
-    files: dict[str, str] = {}
+    files: dict[str, Any] = {}
     for key, value in pairs:
         if key not in TLS_PARAMS or key in files or not value:
             raise _bad(

@@ -361,11 +361,11 @@ class Connector(_Core):
             step = self._advance()
             return Step(answer + step.out, step.verdict)
         if self._state == "await_ack":
-            block = self._take(ACK_SIZE)
-            if block is None:
+            ack = self._take(ACK_SIZE)
+            if ack is None:
                 return Step()
             want = _mac(self._cookie, _ACCEPTOR_LABEL, self._nonce, self._peer_nonce)
-            if not hmac.compare_digest(block, want):
+            if not hmac.compare_digest(ack, want):
                 return self._end(Failed("bad_cookie", "the acceptor does not know our cookie"))
             self._state = "await_welcome"
             hello = encode(

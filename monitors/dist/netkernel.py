@@ -305,7 +305,8 @@ class NetKernel(Process):
         """The NetKernel object behind `ref` (what `NetKernel.start` returned)."""
         if isinstance(ref, NetKernel):
             return ref
-        kernel = _BY_URN.get(getattr(ref, "actor_urn", None))
+        urn = getattr(ref, "actor_urn", None)
+        kernel = _BY_URN.get(urn) if isinstance(urn, str) else None
         if kernel is None:
             raise ValueError(f"{ref!r} is not the ref of a NetKernel (or it has ended)")
         return kernel

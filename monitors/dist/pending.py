@@ -180,8 +180,15 @@ class PendingLoop:
                     hint = tls_hint(entry.first, server_side=True)
                     self._reject(entry, "tls", f"no TLS handshake within the timeout{hint}")
                 else:
-                    verdict = entry.core.timeout().verdict
-                    self._reject(entry, verdict.reason, verdict.detail)
+                    self._reject_failed(entry, entry.core.timeout().verdict, "timeout")
+
+    def _reject_failed(self, entry: Any, verdict: Any, why: str) -> None:
+        """Close a pending connection on the handshake core's verdict; a core that had already
+        ended (it waits for the kernel's decision) gives none, and the shell's reason stands."""
+        if isinstance(verdict, Failed):
+            self._reject(entry, verdict.reason, verdict.detail)
+        else:
+            self._reject(entry, why, f"the handshake did not end ({why})")
 
     # ------------------------------------------------------------------ accepting
 
@@ -268,8 +275,7 @@ class PendingLoop:
                     entry, "tls", f"the peer closed the connection during the TLS handshake{hint}"
                 )
             else:
-                verdict = entry.core.closed().verdict
-                self._reject(entry, verdict.reason, verdict.detail)
+                self._reject_failed(entry, entry.core.closed().verdict, "closed")
             return
         if len(entry.first) < 8:
             entry.first += data[: 8 - len(entry.first)]

@@ -103,8 +103,8 @@ def check_tls_files(
     """Raise TlsFileError unless the files are readable, the key is the certificate's and is
     readable by its owner only, the CA file holds a certificate, and the certificate is valid
     now and (given `node`) names that node."""
-    for key, path in files.paths().items():
-        _read(key, path)
+    for which, path in files.paths().items():
+        _read(which, path)
     info = files.keyfile.stat()
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise TlsFileError(
