@@ -279,10 +279,11 @@ class SingletonCore:
             claim.yes.add(sender)
         else:
             claim.no.add(sender)
-            if msg.get("confirmed"):
-                claim.wait_left = max(claim.wait_left, float(msg.get("left") or 0.0))
+            left = msg.get("left")
+            if msg.get("confirmed") is True and _is_number(left):
+                claim.wait_left = max(claim.wait_left, min(float(left), claim.lease))
             holder = msg.get("holder")
-            if holder and holder != self.node:
+            if isinstance(holder, str) and holder and holder != self.node:
                 claim.holder_seen = holder
         if len(claim.yes) >= self.majority():
             return self._won(claim, now)
@@ -515,7 +516,10 @@ class SingletonCore:
         query = self.queries.get(msg["q"])
         if query is None or sender not in self.members:
             return []
-        query.answers[sender] = {k: msg.get(k) for k in ("holder", "token", "info")}
+        holder, token, info = msg.get("holder"), msg.get("token"), msg.get("info")
+        if not isinstance(holder, str) or not _is_int(token) or not isinstance(info, dict):
+            holder, token, info = None, 0, {}
+        query.answers[sender] = {"holder": holder, "token": token, "info": info}
         return self._maybe_answer(msg["q"], final=False)
 
     def _maybe_answer(self, qid: int, final: bool) -> list[SingletonEffect]:
@@ -582,6 +586,14 @@ class SingletonCore:
             "max_token": self.max_token,
             "moves": self.moves,
         }
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _clamp(lease: Any) -> float:

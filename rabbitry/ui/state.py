@@ -80,6 +80,7 @@ class PageState:
             "gossip": gathered.get("gossip"),
             "failover": failover,
             "mnesia": gathered.get("mnesia"),
+            "singletons": gathered.get("singletons"),
             "has_gossip": node.parts.gossip is not None,
             "has_mnesia": node.parts.mnesia is not None,
             "timeline": node.observations.timeline(50),

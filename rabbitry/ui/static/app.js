@@ -112,6 +112,7 @@ function render(s) {
   renderGossip(s);
   renderFailover(s);
   renderMnesia(s);
+  renderSingletons(s);
 }
 
 function hasPartitions(s) {
@@ -244,6 +245,23 @@ function renderMnesia(s) {
       el("tbody", {}, tables.map(([name, t]) => el("tr", {},
         el("td", {}, name), el("td", {}, t.all.map(short).join(", ")),
         el("td", {}, t.active.map(short).join(", ")), el("td", {}, t.size ?? "—"))))));
+}
+
+function renderSingletons(s) {
+  const box = $("singletons");
+  const st = s.singletons;
+  if (!st) { replace(box, el("p", { class: "muted" }, "did not answer in time")); return; }
+  const rows = Object.entries(st.singletons || {});
+  if (!rows.length) { replace(box, el("p", { class: "muted" }, "No singleton: true child in the application tree.")); return; }
+  replace(box,
+    el("table", {},
+      el("thead", {}, el("tr", {}, el("th", {}, "Singleton"), el("th", {}, "Runs on"), el("th", {}, "Token"), el("th", {}, "Lease left"))),
+      el("tbody", {}, rows.map(([name, e]) => el("tr", {},
+        el("td", {}, name),
+        el("td", {}, e.node ? short(e.node) : "nowhere now"),
+        el("td", {}, e.token ?? "—"),
+        el("td", {}, e.expires ? `${Math.max(0, e.expires - s.now).toFixed(1)} s` : "—"))))),
+    el("p", { class: "muted" }, `${st.moves} started here; fencing tokens up to ${st.max_token}`));
 }
 
 // ---------------------------------------------------------------- wiring

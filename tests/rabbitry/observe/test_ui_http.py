@@ -173,6 +173,8 @@ def test_the_state_shows_the_node_and_its_tree(node: Node) -> None:
     assert {c["id"] for c in sups[("app",)]["children"]} == {"idle", "flaky", "fragile"}
     assert state["mnesia"]["running_db_nodes"] == ["m@127.0.0.1"]
     assert state["gossip"]["node"] == "m@127.0.0.1"
+    assert state["singletons"]["node"] == "m@127.0.0.1"  # the page's Singletons section
+    assert state["singletons"]["singletons"] == {}
 
 
 def test_restart_child_restarts_an_application_child_only(node: Node) -> None:
