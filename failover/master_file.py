@@ -34,13 +34,13 @@ import contextlib
 import fcntl
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from failover.redis_ops import format_address, parse_address
+from monitors.durable_files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -284,24 +284,8 @@ class RedisMasterFile:
             os.close(fd)  # closing the descriptor releases the flock
 
     def _replace(self, content: str) -> None:
-        directory = self.path.parent
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(content.encode("utf-8"))
-                handle.flush()
-                os.fchmod(handle.fileno(), self._mode())
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        # under _locked(): one writer at a time, so the fixed temporary name is ours alone
+        atomic_write(self.path, content.encode("utf-8"), mode=self._mode())
         self._cache = None
 
     def _mode(self) -> int:

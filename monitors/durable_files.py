@@ -40,20 +40,27 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], chunks: bytes | Sequence[bytes]) -> None:
+def atomic_write(
+    path: str | os.PathLike[str], chunks: bytes | Sequence[bytes], *, mode: int | None = None
+) -> None:
     """Replace `path` with `chunks` so that a crash leaves the old file or the new one, whole.
 
     Written to `<path>.tmp` (its directory made if missing), fsynced, renamed over `path`, and
     the directory fsynced: without the first fsync a crash could leave a renamed but empty
-    file, without the last the rename itself could be lost.
+    file, without the last the rename itself could be lost. The temporary file is removed if
+    anything fails. `mode` sets the new file's permission bits exactly, whatever the umask (0600
+    for a file that holds a secret); by default it is 0644 less the umask. One writer at a time
+    per path: callers that may race hold a lock (the master file does).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     parts = [chunks] if isinstance(chunks, bytes | bytearray | memoryview) else chunks
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else 0o600)
     try:
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)
             for part in parts:
                 write_all(fd, part)
             os.fsync(fd)

@@ -32,10 +32,10 @@ from pykka import ActorDeadError, Timeout
 
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
+from monitors.durable_files import atomic_write
 from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.shell import AppControl, NodeMonitor
-from monitors.node_monitor.status import atomic_write
 from monitors.tls import TlsContexts
 from rabbitry.control import Conflict, ControlServer
 from rabbitry.node_config import NodeConfig

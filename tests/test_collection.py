@@ -53,6 +53,7 @@ def _collected_in_subprocess() -> set[str]:
     return files
 
 
+@pytest.mark.timeout(900)  # run alone it collects the whole tree in a child: slow when loaded
 def test_every_test_file_on_disk_is_collected(request: pytest.FixtureRequest) -> None:
     session = request.session
     collected = {

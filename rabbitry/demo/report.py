@@ -16,11 +16,11 @@ import os
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.text import Text
 
+from monitors.durable_files import atomic_write
 from rabbitry.demo.names import short_name
 
 _EXAMPLES = 10  # ids quoted per problem, enough to start debugging without a huge report
@@ -115,12 +115,8 @@ def write_report(
             raise ValueError(f"extra key {key!r} would overwrite the report's own {key!r}")
         report[key] = value
     report["timeline"] = timeline if timeline is not None else {"events": [], "samples": []}
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
     # Write then rename: a Ctrl-C mid-write leaves the previous report, not half a file.
-    tmp.write_text(json.dumps(report, indent=2, default=_jsonable) + "\n")
-    os.replace(tmp, target)
+    atomic_write(path, (json.dumps(report, indent=2, default=_jsonable) + "\n").encode())
     return report
 
 

@@ -280,7 +280,7 @@ class SingletonCore:
         else:
             claim.no.add(sender)
             left = msg.get("left")
-            if msg.get("confirmed") is True and _is_number(left):
+            if msg.get("confirmed") is True and isinstance(left, int | float) and _is_number(left):
                 claim.wait_left = max(claim.wait_left, min(float(left), claim.lease))
             holder = msg.get("holder")
             if isinstance(holder, str) and holder and holder != self.node:

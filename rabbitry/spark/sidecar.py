@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from monitors.durable_files import atomic_write
 from rabbitry.control import ControlClient, ControlError, control_token
 from rabbitry.node_config import NodeConfigError, node_config_from_mapping
 from rabbitry.spark.settings import (
@@ -58,13 +59,7 @@ def reserve_port() -> int:
 
 def write_private(path: Path, data: dict[str, Any]) -> None:
     """Write JSON atomically, readable by the owner only (it holds the control token)."""
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(data, out)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data).encode(), mode=0o600)
 
 
 class Sidecar:
