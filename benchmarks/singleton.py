@@ -22,7 +22,6 @@ Usage: python benchmarks/singleton.py [--rounds 5] [--net-ticktime 1] [--json]
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import statistics
 import sys
@@ -35,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rabbitry.testing.cluster import ClusterFactory  # noqa: E402
+from rabbitry.testing.singleton_log import overlaps  # noqa: E402
+from rabbitry.testing.singleton_log import write_spans as spans  # noqa: E402
 
 WRITER = ROOT / "examples" / "singleton" / "leased_writer.py"
 
@@ -47,21 +48,6 @@ def tree(root: Path, out: Path) -> Path:
         "      singleton: true\n      shutdown: 2s\n"
     )
     return path
-
-
-def spans(out: Path) -> dict[int, tuple[float, float]]:
-    result: dict[int, tuple[float, float]] = {}
-    if not out.exists():
-        return result
-    for line in out.read_text().splitlines():
-        token_text, _, at_text = line.partition(" ")
-        try:
-            token, at = int(token_text), float(at_text)
-        except ValueError:
-            continue
-        lo, hi = result.get(token, (at, at))
-        result[token] = (min(lo, at), max(hi, at))
-    return result
 
 
 def holder(cluster: Any, asker: str) -> tuple[str | None, int]:
@@ -134,12 +120,9 @@ def one_round(cluster: Any, out: Path, fault: str) -> tuple[float, float]:
 
 
 def check_overlap(out: Path) -> None:
-    ordered = sorted(spans(out).items())
-    for (t1, (_, end1)), (t2, (start2, _)) in itertools.pairwise(ordered):
-        if end1 >= start2:
-            raise SystemExit(
-                f"OVERLAP: token {t1} wrote until {end1} after token {t2} began {start2}"
-            )
+    bad = overlaps(spans(out))
+    if bad:
+        raise SystemExit(f"OVERLAP: {bad}")
 
 
 def main() -> int:

@@ -101,7 +101,12 @@ def register(commands: Any) -> None:
     )
     _add_target(singletons)
     singletons.add_argument("--json", action="store_true", help="print the JSON answer as is")
-    singletons.set_defaults(handler=singletons_command, help_parser=singletons)
+    singletons.set_defaults(
+        handler=lambda a: _action(
+            a, lambda c: c.singletons() if a.json else format_singletons(c.singletons())
+        ),
+        help_parser=singletons,
+    )
 
     ui = sub.add_parser(
         "ui",
@@ -251,22 +256,6 @@ def _action(args: argparse.Namespace, call: Any) -> int:
         print(f"{name}: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2) if not isinstance(result, str) else result)
-    return 0
-
-
-def singletons_command(args: argparse.Namespace) -> int:
-    try:
-        answer = _client(args).singletons()
-    except TargetError as exc:
-        print(f"rabbitry cluster singletons: {exc}", file=sys.stderr)
-        return 2
-    except ControlError as exc:
-        print(f"rabbitry cluster singletons: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(answer, indent=2, sort_keys=True))
-        return 0
-    print(format_singletons(answer))
     return 0
 
 

@@ -259,9 +259,9 @@ class SingletonService(Process):
                 data = json.dumps({"max_token": effect.max_token, "lease": effect.lease})
                 atomic_write(self.data_dir / TOKENS_FILE, data.encode())
             elif kind is StartInstance:
-                self._start_instance(effect)
+                self._lease_to_guard(effect, "singleton_start")
             elif kind is RenewInstance:
-                self._renew_instance(effect)
+                self._lease_to_guard(effect, "singleton_renew")
             elif kind is StopInstance:
                 self._stop_instance(effect)
             elif kind is Answer:
@@ -273,23 +273,15 @@ class SingletonService(Process):
             else:
                 log.error("singleton: unknown effect %r", effect)
 
-    def _start_instance(self, effect: StartInstance) -> None:
-        expires = time.time() + effect.expires_in
+    def _lease_to_guard(self, effect: StartInstance | RenewInstance, what: str) -> None:
+        """A lease won or renewed: its wall-clock end to current() and to the key's guard."""
         if effect.key.startswith(GLOBAL_PREFIX):
-            return
+            return  # a global name has no instance to start; registered() reports it held
+        expires = time.time() + effect.expires_in
         leases.set_lease(effect.key, effect.token, expires)
         guard = self._guards.get(effect.key)
         if guard is not None:
-            guard.tell(("singleton_start", effect.token, expires))
-
-    def _renew_instance(self, effect: RenewInstance) -> None:
-        expires = time.time() + effect.expires_in
-        if effect.key.startswith(GLOBAL_PREFIX):
-            return
-        leases.set_lease(effect.key, effect.token, expires)
-        guard = self._guards.get(effect.key)
-        if guard is not None:
-            guard.tell(("singleton_renew", effect.token, expires))
+            guard.tell((what, effect.token, expires))
 
     def _stop_instance(self, effect: StopInstance) -> None:
         leases.drop(effect.key)

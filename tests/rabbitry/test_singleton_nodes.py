@@ -9,7 +9,6 @@ runs again on another node.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from rabbitry.testing.cluster import ClusterFactory
+from rabbitry.testing.singleton_log import Spans, overlaps, write_spans
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -41,28 +41,14 @@ def _tree(root: Path, out: Path) -> Path:
     return tree
 
 
-def _intervals(out: Path) -> dict[int, tuple[float, float]]:
-    spans: dict[int, tuple[float, float]] = {}
-    if not out.exists():
-        return spans
-    for line in out.read_text().splitlines():
-        parts = line.split()
-        if len(parts) != 2:
-            continue
-        token, at = int(parts[0]), float(parts[1])
-        lo, hi = spans.get(token, (at, at))
-        spans[token] = (min(lo, at), max(hi, at))
-    return spans
+def _intervals(out: Path) -> Spans:
+    return write_spans(out)
 
 
-def assert_no_overlap(out: Path) -> dict[int, tuple[float, float]]:
-    spans = _intervals(out)
-    ordered = sorted(spans.items())
-    for (t1, (_, end1)), (t2, (start2, _)) in itertools.pairwise(ordered):
-        assert end1 < start2, (
-            f"token {t1} wrote until {end1:.6f}, after token {t2} began at {start2:.6f}: two "
-            f"instances acted at once ({ordered})"
-        )
+def assert_no_overlap(out: Path) -> Spans:
+    spans = write_spans(out)
+    bad = overlaps(spans)
+    assert not bad, f"two instances acted at once: {bad} ({sorted(spans.items())})"
     return spans
 
 
