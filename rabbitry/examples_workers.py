@@ -21,6 +21,7 @@ from typing import Any
 
 from supervisors.durations import parse_duration
 from supervisors.pooled import PooledProcess
+from supervisors.process import Process
 
 log = logging.getLogger("rabbitry.examples")
 
@@ -138,3 +139,67 @@ class Idle(PooledProcess):
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         super().__init__()
+
+
+class GlobalName(Process):
+    """Holds `name` cluster-wide (rabbitry.singleton.register_global) from its start, and
+    answers a {"t": "where"} message sent to it through whereis_global with its node's name.
+    `out`, if given, is a file it appends "<node> registered|refused|conflict" lines to.
+    A Process, not a PooledProcess: registering waits for a majority of the core."""
+
+    def __init__(self, name: str, out: str | None = None) -> None:
+        super().__init__()
+        self.name = name
+        self.out = out
+
+    def on_start(self) -> None:
+        from rabbitry.singleton import register_global
+
+        held = register_global(self.name, self.actor_ref)
+        self._note("registered" if held else "refused")
+
+    def on_receive(self, message: Any) -> Any:
+        if message == ("global_name_conflict", self.name):
+            self._note("conflict")
+            return None
+        if isinstance(getattr(message, "msg", None), dict) and message.msg.get("t") == "where":
+            self._note(f"asked by {message.node}")
+            return None
+        return super().on_receive(message)
+
+    def _note(self, what: str) -> None:
+        from rabbitry.node import current_node
+
+        line = f"{current_node().name} {what}"
+        log.info("global name %s: %s", self.name, line)
+        if self.out:
+            with open(self.out, "a") as f:
+                f.write(line + "\n")
+
+
+class GlobalLookup(Process):
+    """Every `every` seconds, looks `name` up with whereis_global and tells the holder
+    {"t": "where"}; appends "<node> sees <holder node or none>" to `out`."""
+
+    def __init__(self, name: str, out: str, every: float | str = 0.5) -> None:
+        super().__init__()
+        self.name = name
+        self.out = out
+        self.every = parse_duration(every)
+
+    def on_start(self) -> None:
+        self.actor_ref.tell(_TICK)
+
+    def on_receive(self, message: Any) -> Any:
+        if message is _TICK:
+            from rabbitry.node import current_node
+            from rabbitry.singleton import whereis_global
+
+            ref = whereis_global(self.name)
+            if ref is not None:
+                ref.tell({"t": "where"})
+            with open(self.out, "a") as f:
+                f.write(f"{current_node().name} sees {ref.node if ref is not None else 'none'}\n")
+            self.send_after(self.every, _TICK)
+            return None
+        return super().on_receive(message)

@@ -394,8 +394,9 @@ class SingletonCore:
             return self._ask(claim, now, renew=True)
         if claim.phase == "asking":
             return []
-        if self.node not in self.running:
-            return self._after(key, claim.lease / 3)
+        # No wait for the node monitor to list this node as running: the guard (or the
+        # registering process) exists, so the application is up or starting; a process that
+        # registers a global name from its start would otherwise wait for itself.
         return self._ask(claim, now, renew=False)
 
     def _takeover_by(self, claim: Claim) -> str | None:
