@@ -17,11 +17,15 @@ reflected back. Then length-prefixed JSON frames (frames.py):
     connector -> acceptor    {"v":1,"t":"hello","node":..,"creation":..}
     acceptor  -> connector   {"v":1,"t":"welcome","node":..,"creation":..}
                           or {"v":1,"t":"refused","status":"nok"|"not_allowed"}
+                          or {"v":1,"t":"refused","status":"name_in_use","at":ADDR}
     connector -> acceptor    a tick (empty frame): "set up", see messages.CONNECTION_SETUP_FAILED
 
 The acceptor stops at `NeedDecision` after the hello: only the shell knows whether that node
 is banned or already connecting to us (simultaneous connects: the connection started by the
-greater node name wins, as in Erlang), and answers with `decide(status)`.
+greater node name wins, as in Erlang), and answers with `decide(status)`. The shell may
+also refuse a hello whose name a live node holds (`name_in_use`, with where that node runs):
+it asks the old link first, see netkernel's name check and DESIGN "Names and roles are
+verified, not believed".
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ _ACCEPTOR_LABEL = b"rabbitry-dist acceptor"
 OK = "ok"
 NOK = "nok"  # we are connecting to you and our connection wins the tie-break
 NOT_ALLOWED = "not_allowed"  # banned after a disconnect, or a connection to ourselves
+NAME_IN_USE = "name_in_use"  # a live node holds that name (it answered us just now)
+MAX_AT = 255  # the longest address a name_in_use refusal may carry
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ class Failed:
 
     garbage (not our protocol), bad_version, bad_cookie, bad_frame, frame_too_large, timeout,
     closed (the peer hung up), refused (the acceptor said `detail`), wrong_node (the acceptor
-    is not the node we meant to reach).
+    is not the node we meant to reach), name_in_use (the acceptor holds a live link from a
+    node of our name: `detail` is the address where that node runs).
     """
 
     reason: str
@@ -294,8 +301,9 @@ class Acceptor(_Core):
             return Step(b"", self.verdict)
         return Step()  # await_decision: bytes wait in the buffer until decide()
 
-    def decide(self, status: str) -> Step:
-        """Answer the hello: "ok" establishes; "nok"/"not_allowed" refuses."""
+    def decide(self, status: str, at: str = "") -> Step:
+        """Answer the hello: "ok" establishes; "nok"/"not_allowed" refuses; "name_in_use"
+        refuses and tells the newcomer `at`, where the live node of its name runs."""
         if self._state != "await_decision" or self._peer is None:
             raise RuntimeError(f"decide() called in state {self._state!r}")
         if status == OK:
@@ -305,9 +313,14 @@ class Acceptor(_Core):
             )
             rest, self._buf = self._buf, b""
             return self._end(Established(self._peer[0], self._peer[1], rest), welcome)
-        if status not in (NOK, NOT_ALLOWED):
-            raise ValueError(f"status: expected 'ok', 'nok' or 'not_allowed'; got {status!r}")
-        refused = encode({"v": 1, "t": "refused", "status": status}, self._max_frame)
+        if status not in (NOK, NOT_ALLOWED, NAME_IN_USE):
+            raise ValueError(
+                f"status: expected 'ok', 'nok', 'not_allowed' or 'name_in_use'; got {status!r}"
+            )
+        frame: dict = {"v": 1, "t": "refused", "status": status}
+        if status == NAME_IN_USE:
+            frame["at"] = at[:MAX_AT]
+        refused = encode(frame, self._max_frame)
         return self._end(Failed("refused", f"we refused {self._peer[0]}: {status}"), refused)
 
 
@@ -382,6 +395,9 @@ class Connector(_Core):
                 return self._end(frame)
             if frame.get("t") == "refused":
                 status = frame.get("status")
+                at = frame.get("at")
+                if status == NAME_IN_USE and isinstance(at, str) and 0 < len(at) <= MAX_AT:
+                    return self._end(Failed("name_in_use", at))
                 return self._end(Failed("refused", f"the acceptor refused us: {status}"))
             identity = self._peer_identity(frame, "welcome")
             if isinstance(identity, Failed):

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import pykka
@@ -39,6 +39,7 @@ from monitors.dist.errors import (
 from monitors.dist.frames import FrameError, encode
 from monitors.dist.gate import FailureGate
 from monitors.dist.handshake import (
+    NAME_IN_USE,
     NOK,
     NONCE_SIZE,
     NOT_ALLOWED,
@@ -57,6 +58,7 @@ from monitors.dist.messages import (
     NodeDown,
     NodeUp,
 )
+from monitors.dist.name_check import PING, PONG, NameCheck, Pings, refused_log_line
 from monitors.dist.names import (
     format_address,
     new_creation,
@@ -197,6 +199,11 @@ class NetKernel(Process):
     - `tls`: a monitors.tls.TlsContexts: every connection is then mutual TLS 1.3 with the
       cookie handshake inside, and a peer's certificate must name the node it claims to be.
     - `cookie_gate`: the back-off for failed cookie handshakes per source address.
+    - `name_check_timeout`: how long a hello that claims the name of a node we hold a live
+      link from waits for that link to answer a ping (name_check.py); default
+      min(1 s, net_ticktime / 4). An outgoing handshake gets this much longer to finish.
+    - `on_name_in_use(at)`: called (once) when a peer refused us because a running node at
+      `at` holds our name; the node exits 2 (rabbitry/node.py). Without it we back off.
     """
 
     DEFAULT_NET_TICKTIME: ClassVar[float] = 4.0
@@ -218,6 +225,8 @@ class NetKernel(Process):
         creation: int | None = None,
         tls: TlsContexts | None = None,
         cookie_gate: FailureGate | None = None,
+        name_check_timeout: float | None = None,
+        on_name_in_use: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
         self.node = validate_node(node)
@@ -284,6 +293,8 @@ class NetKernel(Process):
         self._cookie_gate = cookie_gate if cookie_gate is not None else FailureGate()
         self._connect_gate = FailureGate(free=0, initial=1.0, maximum=30.0)
         self._told: dict[str, tuple[str, float]] = {}
+        # The name check (name_check.py); its refusals by reason feed /metrics and the UI.
+        self.names = NameCheck(self.net_ticktime, name_check_timeout, on_name_in_use)
         _BY_URN[self.actor_urn] = self
 
     def __repr__(self) -> str:
@@ -748,6 +759,10 @@ class NetKernel(Process):
                 self._serve_call(conn, frame)
             elif kind in SIGNAL_FRAMES:
                 self.signals.on_frame(conn, frame)
+            elif kind == PING:
+                Pings.answer(conn, frame)
+            elif kind == PONG:
+                self.names.pings.on_pong(frame)
             else:
                 log.info(
                     "dist %s: ignored a frame of unknown type %r from %s",
@@ -820,7 +835,8 @@ class NetKernel(Process):
             )
             self._pending_failed(node, pending)
             return
-        deadline = time.monotonic() + self.connect_timeout
+        # The acceptor may ask a live holder of our name first (name_check.py): wait for that.
+        deadline = time.monotonic() + self.connect_timeout + self.names.timeout
         try:
             stream = None
             if self._tls is not None:
@@ -872,6 +888,8 @@ class NetKernel(Process):
                 # Simultaneous connect: the peer's connection to us wins; wait for it.
                 log.debug("dist %s: %s prefers its own connection to us", self.node, node)
                 pending.done.wait(self.handshake_timeout)
+            elif isinstance(verdict, Failed) and verdict.reason == "name_in_use":
+                self._name_in_use(node, verdict.detail)
             elif isinstance(verdict, Failed) and verdict.reason in _HOPELESS:
                 self._refused(
                     node,
@@ -1049,14 +1067,16 @@ class NetKernel(Process):
                 sock.settimeout(None)
                 with self._gate_lock:
                     self._cookie_gate.succeeded(source)
-                impostor = stream is not None and self._impostor(stream, verdict.node)
-                if impostor:
-                    self._tell(source, f"refused {verdict.node} from {where}", impostor)
+                impostor, holder = self._check_claim(verdict, stream, source, where)
                 with self._lock:
                     status = (
-                        NOT_ALLOWED if impostor else self._decide(verdict.node, verdict.creation)
+                        self._refuse_name(verdict.node, where, holder)
+                        if holder
+                        else NOT_ALLOWED
+                        if impostor
+                        else self._decide(verdict.node, verdict.creation)
                     )
-                    step = core.decide(status)
+                    step = core.decide(status, holder)
                     if isinstance(step.verdict, Established):
                         old = self._conns.get(verdict.node)
                         if old is not None:  # a restarted peer, or one that saw ours die
@@ -1150,6 +1170,64 @@ class NetKernel(Process):
                 step = core.feed(data)
                 continue
             step = core.feed(data) if data else core.closed()
+
+    def _check_claim(
+        self, hello: NeedDecision, stream: TlsStream | None, source: str, where: str
+    ) -> tuple[str, str]:
+        """Why the certificate does not name the node the hello claims ("" if it does), and
+        where a running node of that name is ("" if none, see _live_holder)."""
+        impostor = self._impostor(stream, hello.node) if stream is not None else ""
+        if impostor:
+            self._tell(source, f"refused {hello.node} from {where}", impostor)
+            return impostor, ""
+        return "", self._live_holder(hello.node, hello.creation)
+
+    def _live_holder(self, node: str, creation: int) -> str:
+        """Where a running node of the name `node` is ("" if none): ourselves, or the peer
+        behind a live link of another incarnation that answers a ping within
+        name_check_timeout. Called without self._lock: the ping waits."""
+        if node == self.node:
+            return str(self.address) if creation != self.creation else ""
+        with self._lock:
+            old = self._conns.get(node)
+        if old is None or old.creation == creation or old.down is not None:
+            return ""
+        if self.names.pings.ask(old, self.names.timeout) is None:
+            log.info(
+                "dist %s: %s (creation %d) connects while our link to its creation %d is "
+                "silent: a restart, letting it in",
+                self.node,
+                node,
+                creation,
+                old.creation,
+            )
+            return ""
+        address = self._addresses.get(node)
+        return format_address(*address) if address is not None else old.address
+
+    def _refuse_name(self, node: str, where: str, holder: str) -> str:
+        """Count and log refusing a hello from `where` that claims `node`, held at `holder`."""
+        self.names.count(NAME_IN_USE)
+        log.warning(
+            "dist %s: refused %s from %s: the name is in use by a running node at %s",
+            self.node,
+            node,
+            where,
+            holder,
+        )
+        return NAME_IN_USE
+
+    def _name_in_use(self, node: str, at: str) -> None:
+        """A peer refused our hello: a running node at `at` holds our name. We must not run
+        beside it: tell the owner (the node exits 2), or back off without one."""
+        self.names.count(NAME_IN_USE)
+        log.error("dist %s (refused by %s)", refused_log_line(self.node, at), node)
+        callback = self.names.take_callback()
+        if callback is not None:
+            callback(at)
+        else:
+            with self._gate_lock:
+                self._connect_gate.failed(node, time.monotonic())
 
     def _decide(self, node: str, creation: int) -> str:
         """With self._lock held: may `node` connect to us now? (See handshake.py.)"""
