@@ -32,6 +32,8 @@ from pykka import ActorDeadError, Timeout
 
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
+from monitors.dist.name_check import refused_log_line
+from monitors.dist.name_lock import NameLock
 from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.shell import AppControl, NodeMonitor
@@ -173,11 +175,18 @@ class Node:
         self._app_error: dict[str, Any] | None = None
         # what metrics and the management page read without asking an actor
         self.observations = Observations(config.node)
+        # One live process per name: the host's lock (taken before the dist layer listens),
+        # and a peer's refusal when a running node elsewhere holds the name. `fatal` then
+        # says why, and `fatal_event` wakes `rabbitry node start`, which exits 2.
+        self.name_lock = NameLock(config.node)
+        self.fatal: str | None = None
+        self.fatal_event = threading.Event()
 
     @classmethod
     def start(cls, config: NodeConfig) -> Node:
         global _current
         node = cls(config)
+        node.name_lock.acquire()  # NameInUse: another process of this host runs the name
         _current = node
         config.data_dir.mkdir(parents=True, exist_ok=True)
         node.observations.attach()
@@ -189,6 +198,7 @@ class Node:
             )
         except BaseException:
             node.observations.detach()
+            node.name_lock.release()
             raise
         node._root_ready.set()
         return node
@@ -199,6 +209,7 @@ class Node:
         if self.root is not None and self.root.is_alive():
             self.root.stop()
         self.observations.detach()
+        self.name_lock.release()
         stop_pool(if_unused=True)  # the PooledProcess worker threads, unless others use them
         if _current is self:
             _current = None
@@ -324,8 +335,19 @@ class Node:
             peers,
             net_ticktime=config.net_ticktime,
             tls=self.tls,
+            on_name_in_use=self._name_in_use,
+        )
+        kernel = NetKernel.of(self.parts.kernel)
+        self.name_lock.set_address(str(kernel.address))
+        kernel.names.on_refusal = lambda reason, node, detail: self.observations.note(
+            "refused", node, f"{reason}: {detail}"
         )
         return self.parts.kernel
+
+    def _name_in_use(self, at: str) -> None:
+        """A peer refused us: a running node at `at` holds our name (dist thread)."""
+        self.fatal = refused_log_line(self.config.node, at)
+        self.fatal_event.set()
 
     def _start_monitor(self) -> Any:
         config = self.config

@@ -11,8 +11,12 @@ only fight for the cores. That unit is handed out first because it is the longes
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
+from monitors.dist.name_lock import LOCK_DIR_ENV
 from tests.services import redis_servers  # noqa: F401 - a fixture, re-exported for pytest
 
 pytest_plugins = ["rabbitry.testing.plugin"]
@@ -26,6 +30,12 @@ def _group(item: pytest.Item) -> str:
     if item.get_closest_marker("spark") is not None or path.startswith(_SPARK_FILES):
         return SPARK_GROUP
     return path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest process (an xdist worker) gets its own node-name locks (name_lock.py):
+    the workers run test clusters with the same names at once, as two hosts would."""
+    os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="rabbitry-names-")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -87,10 +87,16 @@ class NameCheck:
         self._on_name_in_use = on_name_in_use
         self._lock = threading.Lock()
         self.refused: dict[str, int] = {}
+        # Told of each refusal, either side (the node puts it on its timeline); must not block.
+        self.on_refusal: Callable[[str, str, str], None] | None = None
 
-    def count(self, reason: str) -> None:
+    def count(self, reason: str, node: str = "", detail: str = "") -> None:
+        """One refusal of `node` (ours or theirs) for `reason`, e.g. name_in_use."""
         with self._lock:
             self.refused[reason] = self.refused.get(reason, 0) + 1
+        listener = self.on_refusal
+        if listener is not None:
+            listener(reason, node, detail)
 
     def counts(self) -> dict[str, int]:
         with self._lock:

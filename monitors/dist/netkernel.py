@@ -1207,7 +1207,9 @@ class NetKernel(Process):
 
     def _refuse_name(self, node: str, where: str, holder: str) -> str:
         """Count and log refusing a hello from `where` that claims `node`, held at `holder`."""
-        self.names.count(NAME_IN_USE)
+        self.names.count(
+            NAME_IN_USE, node, f"refused a second process from {where}; it runs at {holder}"
+        )
         log.warning(
             "dist %s: refused %s from %s: the name is in use by a running node at %s",
             self.node,
@@ -1220,7 +1222,7 @@ class NetKernel(Process):
     def _name_in_use(self, node: str, at: str) -> None:
         """A peer refused our hello: a running node at `at` holds our name. We must not run
         beside it: tell the owner (the node exits 2), or back off without one."""
-        self.names.count(NAME_IN_USE)
+        self.names.count(NAME_IN_USE, self.node, f"{node} refused us: it runs at {at}")
         log.error("dist %s (refused by %s)", refused_log_line(self.node, at), node)
         callback = self.names.take_callback()
         if callback is not None:

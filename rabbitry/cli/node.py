@@ -50,6 +50,7 @@ def register(commands: Any) -> None:
 
 def start_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    from monitors.dist.name_lock import NameInUse
     from rabbitry.node import Node, wait_ready
     from rabbitry.node_config import load_node_config
 
@@ -81,24 +82,34 @@ def start_command(args: argparse.Namespace) -> int:
         node = Node.start(config)
         started.append(node)
         wait_ready(node)
+    except NameInUse as exc:  # this host runs the name already
+        print(exc, file=sys.stderr)
+        return 2
     except StartChildError as exc:
         if isinstance(exc.reason, ConfigError):  # the config names what cannot be had
             print(f"rabbitry node start: {exc.reason}", file=sys.stderr)
             return 2
         print(f"rabbitry node start: {config.node} failed to start: {exc}", file=sys.stderr)
         return 1
-    print(
-        f"READY {config.node} {node.dist_address} control={node.control_address or '-'} "
-        f"metrics={node.metrics_address or '-'}",
-        flush=True,
-    )
-    while not stop.wait(0.5):
+    # A peer may refuse us as soon as the dist layer connects: a running node elsewhere holds
+    # our name. Then this process must not run beside it: no READY, stop, exit 2.
+    if node.fatal is None:
+        print(
+            f"READY {config.node} {node.dist_address} control={node.control_address or '-'} "
+            f"metrics={node.metrics_address or '-'}",
+            flush=True,
+        )
+    while node.fatal is None and not stop.wait(0.1):
         if not node.root.is_alive():
             from supervisors import exit_reason
 
             reason = format_reason(exit_reason(node.root))
             print(f"rabbitry node start: {config.node} stopped: {reason}", file=sys.stderr)
             return 1
+    if node.fatal is not None:
+        print(node.fatal, file=sys.stderr, flush=True)
+        node.stop()
+        return 2
     print(f"rabbitry node start: {received[0]}: stopping {config.node}", file=sys.stderr)
     node.stop()
     return 0

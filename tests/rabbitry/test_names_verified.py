@@ -1,0 +1,81 @@
+"""Names are verified, not believed (DESIGN): real node processes on one host.
+
+A copied config file (only `listen`, `control` and `data_dir` changed) must never split the
+cluster: started on the same host it stops at the name lock before it listens; started as if
+on another host (its own lock dir) it is refused by the members that hold a live link from
+the name. Either way it exits 2 naming the node and where the live one runs, and the cluster
+sees nothing: no pause, no nodedown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from monitors.dist.name_lock import LOCK_DIR_ENV
+from rabbitry.testing.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+B = "b@127.0.0.1"
+IN_USE = re.compile(r"node b@127\.0\.0\.1: the name is in use by a running node at (\S+)")
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    from rabbitry.testing.cluster import ClusterFactory
+
+    factory = ClusterFactory(tmp_path_factory.mktemp("names"))
+    try:
+        yield factory(3)
+    finally:
+        factory.close()
+
+
+def _copy_of_b(cluster: Cluster, tag: str) -> str:
+    config = json.loads(cluster.config_file(B).read_text())
+    config.update(listen="127.0.0.1:0", control="127.0.0.1:0", data_dir=f"./data/twin-{tag}")
+    path = cluster.root / f"twin-{tag}.yaml"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def _run_twin(cluster: Cluster, path: str, lock_env: dict[str, str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, **lock_env}
+    argv = [sys.executable, "-m", "rabbitry", "node", "start", "--config", path]
+    return subprocess.run(
+        argv, check=False, cwd=cluster.root, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def _undisturbed(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        status = cluster.status(node)
+        assert status["running"] == cluster.nodes and not status["paused"], status
+    for node in ("a@127.0.0.1", "c@127.0.0.1"):
+        lines = cluster.proc(node).stderr()
+        assert [line for line in lines if f"node up: {B}" in line], lines  # logs are read
+        assert not [line for line in lines if f"node down: {B}" in line], lines
+
+
+def test_a_copied_config_on_the_same_host_stops_at_the_name_lock(three):
+    done = _run_twin(three, _copy_of_b(three, "lock"), three.lock_env(B))
+    assert done.returncode == 2, done.stderr
+    found = IN_USE.search(done.stderr)
+    assert found and found.group(1) == f"127.0.0.1:{three.dist_ports[B]}", done.stderr
+    assert "READY" not in done.stdout
+    _undisturbed(three)
+
+
+def test_a_copied_config_on_another_host_is_refused_by_the_members(three, tmp_path):
+    done = _run_twin(three, _copy_of_b(three, "remote"), {LOCK_DIR_ENV: str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    assert IN_USE.search(done.stderr), done.stderr
+    assert "READY" not in done.stdout
+    _undisturbed(three)
+    refused = [line for line in three.proc("a").stderr() if "the name is in use" in line]
+    assert refused, "a logged no refusal"
