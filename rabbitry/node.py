@@ -32,7 +32,6 @@ from pykka import ActorDeadError, Timeout
 
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
-from monitors.dist.name_check import refused_log_line
 from monitors.dist.name_lock import NameLock
 from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
 from monitors.node_monitor.core import NodeMonitorCore
@@ -335,7 +334,9 @@ class Node:
             peers,
             net_ticktime=config.net_ticktime,
             tls=self.tls,
-            on_name_in_use=self._name_in_use,
+            on_refused=self._refused,
+            role=config.role,
+            role_check=self._role_check if config.role == "core" else None,
         )
         kernel = NetKernel.of(self.parts.kernel)
         self.name_lock.set_address(str(kernel.address))
@@ -344,10 +345,23 @@ class Node:
         )
         return self.parts.kernel
 
-    def _name_in_use(self, at: str) -> None:
-        """A peer refused us: a running node at `at` holds our name (dist thread)."""
-        self.fatal = refused_log_line(self.config.node, at)
+    def _refused(self, _reason: str, line: str) -> None:
+        """A peer refused us for good: a running node holds our name, or the cluster holds
+        it under the other role (dist thread). `line` says which; we exit 2."""
+        self.fatal = line
         self.fatal_event.set()
+
+    def _role_check(self, peer: str, role: str) -> str:
+        """On a core node: why `peer` may not connect as `role` ("" if it may). A name the
+        cluster files hold as core cannot attach as ephemeral, and an ephemeral member
+        cannot come back as core, until it is forgotten (DESIGN)."""
+        monitor = self.parts.monitor
+        if monitor is None:
+            return ""  # starting: the monitor has not read the cluster files yet
+        try:
+            return monitor.proxy().role_conflict(peer, role).get(timeout=2)
+        except (ActorDeadError, Timeout):
+            return ""
 
     def _start_monitor(self) -> Any:
         config = self.config

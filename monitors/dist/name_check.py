@@ -78,13 +78,17 @@ class NameCheck:
         self,
         net_ticktime: float,
         timeout: float | None = None,
-        on_name_in_use: Callable[[str], None] | None = None,
+        on_refused: Callable[[str, str], None] | None = None,
+        role: str = "core",
+        role_check: Callable[[str, str], str] | None = None,
     ) -> None:
         self.pings = Pings()
+        self.role = role  # ours, said in the handshake
+        self.role_check = role_check  # (peer, its role) -> "" or why it may not connect
         self.timeout = float(min(1.0, net_ticktime / 4) if timeout is None else timeout)
         if not self.timeout > 0:
             raise ValueError(f"name_check_timeout must be seconds > 0; got {timeout!r}")
-        self._on_name_in_use = on_name_in_use
+        self._on_refused = on_refused
         self._lock = threading.Lock()
         self.refused: dict[str, int] = {}
         # Told of each refusal, either side (the node puts it on its timeline); must not block.
@@ -102,10 +106,11 @@ class NameCheck:
         with self._lock:
             return dict(self.refused)
 
-    def take_callback(self) -> Callable[[str], None] | None:
-        """The owner's callback, once: a node is told its name is taken one time only."""
+    def take_callback(self) -> Callable[[str, str], None] | None:
+        """The owner's callback (reason, the line to print), once: a node is told it may not
+        run one time only."""
         with self._lock:
-            callback, self._on_name_in_use = self._on_name_in_use, None
+            callback, self._on_refused = self._on_refused, None
         return callback
 
 

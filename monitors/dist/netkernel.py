@@ -44,6 +44,7 @@ from monitors.dist.handshake import (
     NONCE_SIZE,
     NOT_ALLOWED,
     OK,
+    ROLE_CONFLICT,
     Acceptor,
     Connector,
     Established,
@@ -83,6 +84,8 @@ _TICKER_MAX_SLEEP = 0.5
 # Connect failures that retrying soon will not fix: the peer is not a dist peer of our kind
 # (plain vs TLS), speaks another version, or refused our certificate or cookie. We back off.
 _HOPELESS = frozenset({"garbage", "bad_version", "bad_cookie", "tls"})
+# Refusals that no retry of this process can fix (name_check.py): it must not run.
+_FOR_GOOD = frozenset({NAME_IN_USE, ROLE_CONFLICT, "role_checked"})
 _TELL_AGAIN_AFTER = 60.0  # the same failure for the same peer is logged once a minute
 # A TCP connect whose SYN got no answer within this is tried again with a fresh SYN (the
 # kernel's own first retransmit comes only after 1 s, then 3 s, 7 s): a SYN dropped by a
@@ -202,8 +205,14 @@ class NetKernel(Process):
     - `name_check_timeout`: how long a hello that claims the name of a node we hold a live
       link from waits for that link to answer a ping (name_check.py); default
       min(1 s, net_ticktime / 4). An outgoing handshake gets this much longer to finish.
-    - `on_name_in_use(at)`: called (once) when a peer refused us because a running node at
-      `at` holds our name; the node exits 2 (rabbitry/node.py). Without it we back off.
+    - `on_refused(reason, line)`: called (once) when a peer refused us for a reason this
+      process cannot fix: `name_in_use` (a running node holds our name) or `role` (the
+      cluster holds our name under the other role); the node exits 2 printing `line`
+      (rabbitry/node.py). Without it we back off.
+    - `role`: this node's role ("core" or "ephemeral"), said in the handshake.
+    - `role_check(node, role)`: "" if a peer of that name may connect with that role, else
+      why not (a core name attaching as ephemeral, or the other way round). It may block
+      briefly (it asks the node monitor); it runs in the handshake's own thread.
     """
 
     DEFAULT_NET_TICKTIME: ClassVar[float] = 4.0
@@ -226,7 +235,9 @@ class NetKernel(Process):
         tls: TlsContexts | None = None,
         cookie_gate: FailureGate | None = None,
         name_check_timeout: float | None = None,
-        on_name_in_use: Callable[[str], None] | None = None,
+        on_refused: Callable[[str, str], None] | None = None,
+        role: str = "core",
+        role_check: Callable[[str, str], str] | None = None,
     ) -> None:
         super().__init__()
         self.node = validate_node(node)
@@ -294,7 +305,7 @@ class NetKernel(Process):
         self._connect_gate = FailureGate(free=0, initial=1.0, maximum=30.0)
         self._told: dict[str, tuple[str, float]] = {}
         # The name check (name_check.py); its refusals by reason feed /metrics and the UI.
-        self.names = NameCheck(self.net_ticktime, name_check_timeout, on_name_in_use)
+        self.names = NameCheck(self.net_ticktime, name_check_timeout, on_refused, role, role_check)
         _BY_URN[self.actor_urn] = self
 
     def __repr__(self) -> str:
@@ -864,8 +875,11 @@ class NetKernel(Process):
                 node,
                 nonce=os.urandom(NONCE_SIZE),
                 max_frame=self.max_frame,
+                role=self.names.role,
             )
             verdict = self._handshake(sock, core, deadline, stream)
+            if isinstance(verdict, Established) and self._role_refused(verdict, where):
+                verdict = Failed("role_checked", "")  # logged and counted: back off quietly
             if isinstance(verdict, Established):
                 sock.settimeout(None)
                 with self._lock:
@@ -888,8 +902,8 @@ class NetKernel(Process):
                 # Simultaneous connect: the peer's connection to us wins; wait for it.
                 log.debug("dist %s: %s prefers its own connection to us", self.node, node)
                 pending.done.wait(self.handshake_timeout)
-            elif isinstance(verdict, Failed) and verdict.reason == "name_in_use":
-                self._name_in_use(node, verdict.detail)
+            elif isinstance(verdict, Failed) and verdict.reason in _FOR_GOOD:
+                self._refused_for_good(node, verdict)
             elif isinstance(verdict, Failed) and verdict.reason in _HOPELESS:
                 self._refused(
                     node,
@@ -1061,22 +1075,25 @@ class NetKernel(Process):
                 self.creation,
                 nonce=os.urandom(NONCE_SIZE),
                 max_frame=self.max_frame,
+                role=self.names.role,
             )
             verdict = self._handshake(sock, core, deadline, stream)
             if isinstance(verdict, NeedDecision):
                 sock.settimeout(None)
                 with self._gate_lock:
                     self._cookie_gate.succeeded(source)
-                impostor, holder = self._check_claim(verdict, stream, source, where)
+                impostor, holder, why = self._check_claim(verdict, stream, source, where)
                 with self._lock:
                     status = (
                         self._refuse_name(verdict.node, where, holder)
                         if holder
+                        else ROLE_CONFLICT
+                        if why
                         else NOT_ALLOWED
                         if impostor
                         else self._decide(verdict.node, verdict.creation)
                     )
-                    step = core.decide(status, holder)
+                    step = core.decide(status, holder or why)
                     if isinstance(step.verdict, Established):
                         old = self._conns.get(verdict.node)
                         if old is not None:  # a restarted peer, or one that saw ours die
@@ -1173,14 +1190,31 @@ class NetKernel(Process):
 
     def _check_claim(
         self, hello: NeedDecision, stream: TlsStream | None, source: str, where: str
-    ) -> tuple[str, str]:
-        """Why the certificate does not name the node the hello claims ("" if it does), and
-        where a running node of that name is ("" if none, see _live_holder)."""
+    ) -> tuple[str, str, str]:
+        """Why the certificate does not name the node the hello claims ("" if it does),
+        where a running node of that name is ("" if none, see _live_holder), and why its
+        role conflicts with the cluster's membership ("" if it does not)."""
         impostor = self._impostor(stream, hello.node) if stream is not None else ""
         if impostor:
             self._tell(source, f"refused {hello.node} from {where}", impostor)
-            return impostor, ""
-        return "", self._live_holder(hello.node, hello.creation)
+            return impostor, "", ""
+        holder = self._live_holder(hello.node, hello.creation)
+        if holder or self.names.role_check is None:
+            return "", holder, ""
+        why = self.names.role_check(hello.node, hello.role)
+        if why:
+            self.names.count(ROLE_CONFLICT, hello.node, why)
+            log.warning("dist %s: refused %s from %s: %s", self.node, hello.node, where, why)
+        return "", "", why
+
+    def _role_refused(self, est: Established, where: str) -> bool:
+        """The connector's side of the role check: the node we reached holds a name of the
+        cluster under the other role (a copied config with `role:` changed, say)."""
+        why = self.names.role_check(est.node, est.role) if self.names.role_check is not None else ""
+        if why:
+            self.names.count(ROLE_CONFLICT, est.node, why)
+            self._tell(est.node, f"dropped the connection to {est.node} at {where}", why)
+        return bool(why)
 
     def _live_holder(self, node: str, creation: int) -> str:
         """Where a running node of the name `node` is ("" if none): ourselves, or the peer
@@ -1219,14 +1253,26 @@ class NetKernel(Process):
         )
         return NAME_IN_USE
 
-    def _name_in_use(self, node: str, at: str) -> None:
-        """A peer refused our hello: a running node at `at` holds our name. We must not run
-        beside it: tell the owner (the node exits 2), or back off without one."""
-        self.names.count(NAME_IN_USE, self.node, f"{node} refused us: it runs at {at}")
-        log.error("dist %s (refused by %s)", refused_log_line(self.node, at), node)
+    def _refused_for_good(self, node: str, verdict: Failed) -> None:
+        """`node` refused our hello: a running node holds our name (`detail` is where), or
+        the cluster holds it under the other role (`detail` says why). Or we dropped the
+        connection for a role conflict on our side ("role_checked"): just back off."""
+        if verdict.reason == NAME_IN_USE:
+            self._told_off(node, NAME_IN_USE, refused_log_line(self.node, verdict.detail))
+        elif verdict.reason == ROLE_CONFLICT:
+            self._told_off(node, ROLE_CONFLICT, f"node {self.node}: {verdict.detail}")
+        else:
+            with self._gate_lock:
+                self._connect_gate.failed(node, time.monotonic())
+
+    def _told_off(self, node: str, reason: str, line: str) -> None:
+        """`node` refused us for `reason`, which this process cannot fix: count, log `line`,
+        and tell the owner (the node exits 2), or back off without one."""
+        self.names.count(reason, self.node, f"{node} refused us: {line}")
+        log.error("dist %s (refused by %s)", line, node)
         callback = self.names.take_callback()
         if callback is not None:
-            callback(at)
+            callback(reason, line)
         else:
             with self._gate_lock:
                 self._connect_gate.failed(node, time.monotonic())

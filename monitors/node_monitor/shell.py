@@ -199,6 +199,11 @@ class NodeMonitor(Process):
         assert self.core is not None
         return self.core.ephemeral_members()
 
+    def role_conflict(self, node: str, role: str) -> str:
+        """Why `node` may not connect as `role` ("" if it may; see NodeMonitorCore)."""
+        check = getattr(self.core, "role_conflict", None)
+        return check(node, role) if check is not None else ""
+
     def is_paused(self) -> bool:
         assert self.core is not None
         return self.core.paused

@@ -17,11 +17,12 @@ def _refusals() -> tuple[list[str], threading.Event, object]:
     seen: list[str] = []
     done = threading.Event()
 
-    def on_name_in_use(at: str) -> None:
-        seen.append(at)
+    def on_refused(reason: str, line: str) -> None:
+        assert reason == "name_in_use"
+        seen.append(line.rpartition(" at ")[2])
         done.set()
 
-    return seen, done, on_name_in_use
+    return seen, done, on_refused
 
 
 def test_the_handshake_core_carries_where_the_live_node_runs():
@@ -43,7 +44,7 @@ def test_a_second_process_of_a_live_name_is_refused_and_the_cluster_is_undisturb
     a.monitor_nodes(probe.ref)
     assert a.connect(b.node)
     seen, done, callback = _refusals()
-    twin = make_kernel("b", on_name_in_use=callback)
+    twin = make_kernel("b", on_refused=callback)
     twin.set_address(a.node, a.address)
     assert not twin.connect(a.node)
     assert done.wait(5), "the twin was never told its name is taken"
@@ -91,3 +92,30 @@ def test_a_refused_node_without_a_callback_backs_off(make_kernel):
     assert not twin.connect(a.node)
     assert not twin.connect(a.node)  # backing off: not even tried
     assert a.names.counts() == {"name_in_use": 1}
+
+
+def test_a_role_conflict_is_refused_with_the_reason(make_kernel):
+    def check(node: str, role: str) -> str:
+        return f"{node} is a core member; it cannot attach as {role}" if role != "core" else ""
+
+    a = make_kernel("a", role_check=check)
+    reasons: list[tuple[str, str]] = []
+    done = threading.Event()
+    x = make_kernel("c", role="ephemeral", on_refused=lambda *r: (reasons.append(r), done.set()))
+    x.set_address(a.node, a.address)
+    assert not x.connect(a.node)
+    assert done.wait(5)
+    assert reasons == [
+        ("role", "node c@127.0.0.1: c@127.0.0.1 is a core member; it cannot attach as ephemeral")
+    ]
+    assert a.names.counts() == {"role": 1}
+    assert a.nodes() == []
+
+
+def test_the_connector_checks_the_role_the_acceptor_says(make_kernel):
+    flipped = make_kernel("c", role="ephemeral")
+    a = make_kernel("a", role_check=lambda node, role: "flipped" if role == "ephemeral" else "")
+    a.set_address(flipped.node, flipped.address)
+    assert not a.connect(flipped.node)
+    assert a.names.counts() == {"role": 1}
+    wait_until(lambda: flipped.nodes() == [], "the flipped node to see the link go")
