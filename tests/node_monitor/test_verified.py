@@ -51,7 +51,7 @@ def test_an_ephemeral_member_cannot_speak_as_core() -> None:
 
 
 def test_every_membership_message_says_the_senders_role_and_creation() -> None:
-    c, out = attached()
+    _c, out = attached()
     for send in sends(out):
         assert send.msg["role"] == "core" and send.msg["c"] == CREATION[A]
     e = eph()
