@@ -254,6 +254,13 @@ class Node:
     def status(self) -> dict[str, Any]:
         return self.parts.monitor.proxy().get_status().get(timeout=10)
 
+    def partition_modes(self) -> dict[str, Any]:
+        """GET /cluster/modes: {member: its partition_handling} as the members' records said,
+        and `differ`: whether they disagree (shown by `rabbitry cluster status`)."""
+        modes = self.parts.monitor.proxy().partition_modes().get(timeout=10)
+        distinct = {json.dumps(mode, sort_keys=True) for mode in modes.values()}
+        return {"modes": modes, "differ": len(distinct) > 1}
+
     def app_status(self) -> dict[str, Any]:
         """GET /app: whether the application tree runs, and the last error that kept it from
         starting (cleared by a successful start)."""
@@ -584,6 +591,7 @@ class Node:
             ("POST", "/mnesia"): self._mnesia_call,
             ("POST", "/cluster/join"): self._join,
             ("GET", "/cluster/ephemeral"): lambda _body: self._ephemeral(),
+            ("GET", "/cluster/modes"): lambda _body: self.partition_modes(),
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,
         }

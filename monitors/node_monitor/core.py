@@ -165,6 +165,7 @@ class NodeMonitorCore:
         self._eph_said: tuple[Any, ...] | None = None  # what they were last told of us
         self._eph_misnamed: set[str] = set()  # members that said they are ephemeral
         self._dropped_told: set[tuple[str, str]] = set()  # (sender, what) logged once
+        self._modes: dict[str, Any] = {}  # member -> the partition_handling its records say
 
     # ======================================================================= queries
 
@@ -193,6 +194,29 @@ class NodeMonitorCore:
 
     def cluster_status(self) -> ClusterStatus:
         return ClusterStatus(all=self._all, disc=self._disc, running=self._running)
+
+    def partition_modes(self) -> dict[str, Any]:
+        """The partition_handling each core member's records said (ours included): members
+        that differ are reported (`rabbitry cluster status`, the management page), as
+        RabbitMQ reports a differing net_ticktime. Each decides by its own, so they must agree."""
+        modes = {n: mode for n, mode in self._modes.items() if n in self._all}
+        return {self.node: self.config.to_config(), **modes}
+
+    def _see_mode(self, sender: str, mode: Any) -> list[Effect]:
+        if mode is None or self._modes.get(sender) == mode:
+            return []
+        self._modes[sender] = mode
+        if mode == self.config.to_config():
+            return []
+        return [
+            Log.error(
+                "a core member runs another partition_handling: members must agree, or a "
+                "partition can leave both sides running (or both paused)",
+                node=sender,
+                its=mode,
+                ours=self.config.to_config(),
+            )
+        ]
 
     def role_conflict(self, node: str, role: str) -> str:
         """Why `node` may not connect as `role` ("" if it may): roles are facts. A name our
@@ -476,6 +500,7 @@ class NodeMonitorCore:
             out += self._forget_incarnation(sender)
         self._guids[sender] = m["creation"]
         self._greeted.add(sender)
+        out += self._see_mode(sender, m.get("mode"))
         if reply:
             out.append(self._send(sender, "announce", **self._peer_record(sender)))
         self._set_disc(sender, m["disc"])
@@ -798,8 +823,7 @@ class NodeMonitorCore:
         """What an ephemeral node follows: our members, running, and partition mode."""
         return {
             **self._peer_record(peer),
-            "members": sorted(self._all),
-            "mode": self.config.to_config(),
+            "members": sorted(self._all),  # and _peer_record's mode: the core's, to follow
         }
 
     def _tell_ephemerals(self) -> list[Effect]:
@@ -836,6 +860,7 @@ class NodeMonitorCore:
             "running": self._app in ("running", "stopping"),
             "down": self._down_seen.get(peer),
             "alarms": sorted(self._alarms.get(self.node, ())),
+            "mode": self.config.to_config(),
         }
 
     def _ctx(self) -> ah.Ctx:

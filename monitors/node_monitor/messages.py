@@ -66,7 +66,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
 # ephemeral one, the core members it knows.
 _ROLE = {"role": "str", "members": "[str]", "mode": "mode"}
 OPTIONAL: dict[str, dict[str, str]] = {
-    "keepalive": {**_PEER, "views": "views", **_ROLE},
+    "keepalive": {**_PEER, "views": "views", **_ROLE},  # mode: the sender's partition_handling
     "node_up": _ROLE,
     "announce": _ROLE,
 }

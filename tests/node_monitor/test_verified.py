@@ -10,7 +10,7 @@ from __future__ import annotations
 from monitors.effects import Log
 from monitors.node_monitor import PartitionHandling, PauseApp, ResumeApp
 from monitors.node_monitor.ephemeral import core_from_lists
-from tests.node_monitor.helpers import CREATION, A, B, C, of, sends
+from tests.node_monitor.helpers import CREATION, A, B, C, of, peer, sends
 from tests.node_monitor.test_ephemeral import X, attached, core_record, eph, up
 
 
@@ -115,3 +115,12 @@ def test_an_executor_following_a_member_that_left_restarts_with_the_rest() -> No
     assert e.paused and of(out, PauseApp)
     out = e.app_stopped(1.1)
     assert not e.paused and of(out, ResumeApp)
+
+
+def test_a_core_member_with_another_mode_is_reported() -> None:
+    c, _ = attached()  # a runs pause_minority
+    out = c.receive(B, {**peer(B), "role": "core", "mode": "ignore"}, 2.0)
+    assert [e for e in of(out, Log) if e.level >= 40 and "another partition_handling" in e.text]
+    assert c.partition_modes() == {A: "pause_minority", B: "ignore"}
+    again = c.receive(B, {**peer(B), "t": "announce", "role": "core", "mode": "ignore"}, 2.1)
+    assert not [e for e in of(again, Log) if "another partition_handling" in e.text]  # once
