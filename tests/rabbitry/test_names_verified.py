@@ -79,3 +79,59 @@ def test_a_copied_config_on_another_host_is_refused_by_the_members(three, tmp_pa
     _undisturbed(three)
     refused = [line for line in three.proc("a").stderr() if "the name is in use" in line]
     assert refused, "a logged no refusal"
+
+
+# ----------------------------------------------------------------- roles are facts
+
+
+def test_a_role_flip_while_c_is_dead_is_refused_and_a_pauses_when_b_freezes(cluster):
+    cl = cluster(3)
+    cl.kill("c")
+    cl.wait_for(lambda: cl.running("a") == ["a@127.0.0.1", B], 20, "a to see c go")
+    config = json.loads(cl.config_file("c").read_text())
+    config.update(
+        role="ephemeral",
+        listen="127.0.0.1:0",
+        control="127.0.0.1:0",
+        data_dir="./data/c-flipped",
+        cluster={"nodes": {n: f"127.0.0.1:{p}" for n, p in cl.dist_ports.items() if n[0] != "c"}},
+    )
+    path = cl.root / "c-flipped.yaml"
+    path.write_text(json.dumps(config))
+    done = _run_twin(cl, str(path), cl.lock_env("c@127.0.0.1"))
+    assert done.returncode == 2, done.stderr
+    assert "c@127.0.0.1 is a core member of the cluster" in done.stderr, done.stderr
+    assert "rabbitry cluster forget c@127.0.0.1" in done.stderr
+    cl.stop("b")  # SIGSTOP: a is left with 1 of 3 real core members
+    cl.wait_for(lambda: cl.paused("a"), 20, "a to pause on a minority")
+    cl.cont("b")
+
+
+def test_an_executor_follows_the_cores_mode_and_says_so(cluster):
+    cl = cluster(3)  # pause_minority
+    (x,) = cl.add_ephemeral(1, {"partition_handling": "ignore"})
+    cl.wait_for(lambda: not cl.paused(x), 30, "the executor to run")
+    said = [line for line in cl.proc(x).stderr() if "differs from the core" in line]
+    assert said, cl.proc(x).stderr()[-20:]
+    cl.stop("b")
+    cl.stop("c")  # under its own `ignore` it would keep running with a
+    cl.wait_for(lambda: cl.paused(x), 20, "the executor to pause with the core's mode")
+    cl.cont("b")
+    cl.cont("c")
+    cl.wait_for(lambda: not cl.paused(x), 30, "the executor to run again")
+
+
+def test_a_core_leave_while_an_executor_is_cut_off(cluster):
+    cl = cluster(3)
+    (x,) = cl.add_ephemeral(1)
+    cl.wait_for(lambda: not cl.paused(x), 30, "the executor to run")
+    cl.client(x).block(["a@127.0.0.1", B], 10.0)  # cut off from a and b: rightly paused
+    cl.wait_for(lambda: cl.paused(x), 20, "the executor to pause")
+    cl.client("c").leave()  # c lists itself alone now: one word, it must not shrink the core
+    cl.wait_for(lambda: cl.status("a")["all"] == ["a@127.0.0.1", B], 20, "the core to drop c")
+    assert cl.paused(x) and cl.status(x)["all"] == ["a@127.0.0.1", B, "c@127.0.0.1"]
+    cl.wait_for(
+        lambda: not cl.paused(x) and cl.status(x)["all"] == ["a@127.0.0.1", B],
+        30,
+        "the executor to move to the remaining core and run",
+    )
