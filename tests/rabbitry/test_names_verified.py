@@ -19,6 +19,7 @@ import pytest
 
 from monitors.dist.name_lock import LOCK_DIR_ENV
 from rabbitry.testing.cluster import Cluster
+from rabbitry.testing.netns import unavailable
 
 pytestmark = pytest.mark.slow
 B = "b@127.0.0.1"
@@ -135,3 +136,31 @@ def test_a_core_leave_while_an_executor_is_cut_off(cluster):
         30,
         "the executor to move to the remaining core and run",
     )
+
+
+NETNS_WHY = unavailable()
+
+
+@pytest.mark.skipif(NETNS_WHY is not None, reason=NETNS_WHY or "")
+def test_a_copied_config_on_another_netns_host_is_refused(cluster, tmp_path):
+    """Each node in its own network namespace; the copy runs in another namespace (and with
+    its own lock dir: another host) and claims b@127.0.0.1."""
+    cl = cluster(3, network="netns")
+    assert cl.netns is not None
+    config = json.loads(cl.config_file(B).read_text())
+    config.update(listen=f"{cl.netns.ip(0)}:0", control="127.0.0.1:0", data_dir="./data/twin-netns")
+    path = cl.root / "twin-netns.yaml"
+    path.write_text(json.dumps(config))
+    argv = [*cl.netns.exec_prefix(0), sys.executable, "-m", "rabbitry", "node", "start"]
+    done = subprocess.run(
+        [*argv, "--config", str(path)],
+        check=False,
+        cwd=cl.root,
+        env={**os.environ, LOCK_DIR_ENV: str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert IN_USE.search(done.stderr), done.stderr
+    _undisturbed(cl)
