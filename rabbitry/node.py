@@ -352,6 +352,22 @@ class Node:
         )
         return self.parts.kernel
 
+    def wait_first_contact(self, timeout: float | None = None) -> None:
+        """Before saying READY: wait until a peer has either let us in or refused us (our
+        name taken, our role in conflict), or until no first attempt is left, at most about
+        one connect attempt. A duplicate must never say READY (it did, then joined: issue 24)."""
+        kernel = self.kernel
+        if timeout is None:
+            timeout = kernel.connect_timeout + kernel.names.timeout + 0.5
+        began = time.monotonic()
+        deadline = began + timeout
+        while not self.fatal_event.is_set() and time.monotonic() < deadline:
+            if kernel.nodes():
+                return
+            if not kernel.connecting() and time.monotonic() - began > 0.2:
+                return  # every first attempt is over (the peers are not up yet)
+            self.fatal_event.wait(0.02)
+
     def _refused(self, _reason: str, line: str) -> None:
         """A peer refused us for good: a running node holds our name, or the cluster holds
         it under the other role (dist thread). `line` says which; we exit 2."""

@@ -38,6 +38,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="rabbitry-names-")
 
 
+@pytest.fixture(autouse=True)
+def _own_name_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """And each test its own, for the nodes it starts itself: a node process that an earlier
+    test leaked (a demo that timed out, say) must not hold a name a later test uses. Module
+    fixtures are made before this runs and keep the worker's; the `cluster` fixture's nodes
+    take their cluster's (rabbitry.testing.cluster.Cluster.lock_env)."""
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path_factory.mktemp("names")))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each test its xdist group (see the module docstring), Spark's first in line."""

@@ -464,6 +464,11 @@ class NetKernel(Process):
         with self._lock:
             return sorted(self._conns)
 
+    def connecting(self) -> list[str]:
+        """The nodes an outgoing connect attempt is under way to."""
+        with self._lock:
+            return sorted(self._outgoing)
+
     def peer_creation(self, node: str) -> int | None:
         """The creation of the connected `node`, or None if not connected."""
         conn = self._conns.get(node)

@@ -82,6 +82,7 @@ def start_command(args: argparse.Namespace) -> int:
         node = Node.start(config)
         started.append(node)
         wait_ready(node)
+        node.wait_first_contact()
     except NameInUse as exc:  # this host runs the name already
         print(exc, file=sys.stderr)
         return 2
