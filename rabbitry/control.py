@@ -304,6 +304,10 @@ class ControlClient:
         last_error (why it last failed to start, or None)."""
         return self._request("GET", "/app")
 
+    def partition_modes(self) -> dict[str, Any]:
+        """GET /cluster/modes: each core member's partition_handling, and whether they differ."""
+        return self._request("GET", "/cluster/modes")
+
     def gossip(self) -> dict[str, Any]:
         """The node's gossip state: clock, alive workers, revoked count, bus, elections."""
         return self._request("GET", "/gossip")

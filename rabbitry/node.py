@@ -32,6 +32,7 @@ from pykka import ActorDeadError, Timeout
 
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
+from monitors.dist.name_lock import NameLock
 from monitors.durable_files import atomic_write
 from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
 from monitors.node_monitor.core import NodeMonitorCore
@@ -176,11 +177,18 @@ class Node:
         self._app_error: dict[str, Any] | None = None
         # what metrics and the management page read without asking an actor
         self.observations = Observations(config.node)
+        # One live process per name: the host's lock (taken before the dist layer listens),
+        # and a peer's refusal when a running node elsewhere holds the name. `fatal` then
+        # says why, and `fatal_event` wakes `rabbitry node start`, which exits 2.
+        self.name_lock = NameLock(config.node)
+        self.fatal: str | None = None
+        self.fatal_event = threading.Event()
 
     @classmethod
     def start(cls, config: NodeConfig) -> Node:
         global _current
         node = cls(config)
+        node.name_lock.acquire()  # NameInUse: another process of this host runs the name
         _current = node
         config.data_dir.mkdir(parents=True, exist_ok=True)
         node.observations.attach()
@@ -192,6 +200,7 @@ class Node:
             )
         except BaseException:
             node.observations.detach()
+            node.name_lock.release()
             raise
         node._root_ready.set()
         return node
@@ -202,6 +211,7 @@ class Node:
         if self.root is not None and self.root.is_alive():
             self.root.stop()
         self.observations.detach()
+        self.name_lock.release()
         stop_pool(if_unused=True)  # the PooledProcess worker threads, unless others use them
         if _current is self:
             _current = None
@@ -246,6 +256,13 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         return self.parts.monitor.proxy().get_status().get(timeout=10)
+
+    def partition_modes(self) -> dict[str, Any]:
+        """GET /cluster/modes: {member: its partition_handling} as the members' records said,
+        and `differ`: whether they disagree (shown by `rabbitry cluster status`)."""
+        modes = self.parts.monitor.proxy().partition_modes().get(timeout=10)
+        distinct = {json.dumps(mode, sort_keys=True) for mode in modes.values()}
+        return {"modes": modes, "differ": len(distinct) > 1}
 
     def app_status(self) -> dict[str, Any]:
         """GET /app: whether the application tree runs, and the last error that kept it from
@@ -347,8 +364,50 @@ class Node:
             peers,
             net_ticktime=config.net_ticktime,
             tls=self.tls,
+            on_refused=self._refused,
+            role=config.role,
+            role_check=self._role_check if config.role == "core" else None,
+        )
+        kernel = NetKernel.of(self.parts.kernel)
+        self.name_lock.set_address(str(kernel.address))
+        kernel.names.on_refusal = lambda reason, node, detail: self.observations.note(
+            "refused", node, f"{reason}: {detail}"
         )
         return self.parts.kernel
+
+    def wait_first_contact(self, timeout: float | None = None) -> None:
+        """Before saying READY: wait until a peer has either let us in or refused us (our
+        name taken, our role in conflict), or until no first attempt is left, at most about
+        one connect attempt. A duplicate must never say READY (it did, then joined: issue 24)."""
+        kernel = self.kernel
+        if timeout is None:
+            timeout = kernel.connect_timeout + kernel.names.timeout + 0.5
+        began = time.monotonic()
+        deadline = began + timeout
+        while not self.fatal_event.is_set() and time.monotonic() < deadline:
+            if kernel.nodes():
+                return
+            if not kernel.connecting() and time.monotonic() - began > 0.2:
+                return  # every first attempt is over (the peers are not up yet)
+            self.fatal_event.wait(0.02)
+
+    def _refused(self, _reason: str, line: str) -> None:
+        """A peer refused us for good: a running node holds our name, or the cluster holds
+        it under the other role (dist thread). `line` says which; we exit 2."""
+        self.fatal = line
+        self.fatal_event.set()
+
+    def _role_check(self, peer: str, role: str) -> str:
+        """On a core node: why `peer` may not connect as `role` ("" if it may). A name the
+        cluster files hold as core cannot attach as ephemeral, and an ephemeral member
+        cannot come back as core, until it is forgotten (DESIGN)."""
+        monitor = self.parts.monitor
+        if monitor is None:
+            return ""  # starting: the monitor has not read the cluster files yet
+        try:
+            return monitor.proxy().role_conflict(peer, role).get(timeout=2)
+        except (ActorDeadError, Timeout):
+            return ""
 
     def _start_monitor(self) -> Any:
         config = self.config
@@ -571,6 +630,7 @@ class Node:
             ("POST", "/mnesia"): self._mnesia_call,
             ("POST", "/cluster/join"): self._join,
             ("GET", "/cluster/ephemeral"): lambda _body: self._ephemeral(),
+            ("GET", "/cluster/modes"): lambda _body: self.partition_modes(),
             ("POST", "/cluster/leave"): self._leave,
             ("POST", "/cluster/forget"): self._forget,
             ("GET", "/singletons"): lambda _body: self.singletons_status(),

@@ -11,8 +11,12 @@ only fight for the cores. That unit is handed out first because it is the longes
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
+from monitors.dist.name_lock import LOCK_DIR_ENV
 from tests.services import redis_servers  # noqa: F401 - a fixture, re-exported for pytest
 
 pytest_plugins = ["rabbitry.testing.plugin"]
@@ -31,6 +35,21 @@ def _group(item: pytest.Item) -> str:
     if item.get_closest_marker("spark") is not None or path.startswith(_SPARK_FILES):
         return SPARK_GROUP
     return _SHARED.get(path, path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest process (an xdist worker) gets its own node-name locks (name_lock.py):
+    the workers run test clusters with the same names at once, as two hosts would."""
+    os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="rabbitry-names-")
+
+
+@pytest.fixture(autouse=True)
+def _own_name_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """And each test its own, for the nodes it starts itself: a node process that an earlier
+    test leaked (a demo that timed out, say) must not hold a name a later test uses. Module
+    fixtures are made before this runs and keep the worker's; the `cluster` fixture's nodes
+    take their cluster's (rabbitry.testing.cluster.Cluster.lock_env)."""
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path_factory.mktemp("names")))
 
 
 @pytest.hookimpl(tryfirst=True)

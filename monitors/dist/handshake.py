@@ -14,14 +14,22 @@ JSON, no length we trust) until it has proved it knows the cookie:
 Each side proves the cookie over a nonce the other chose; the two labels stop a MAC being
 reflected back. Then length-prefixed JSON frames (frames.py):
 
-    connector -> acceptor    {"v":1,"t":"hello","node":..,"creation":..}
-    acceptor  -> connector   {"v":1,"t":"welcome","node":..,"creation":..}
+    connector -> acceptor    {"v":1,"t":"hello","node":..,"creation":..,"role":..}
+    acceptor  -> connector   {"v":1,"t":"welcome","node":..,"creation":..,"role":..}
                           or {"v":1,"t":"refused","status":"nok"|"not_allowed"}
+                          or {"v":1,"t":"refused","status":"name_in_use","at":ADDR}
+                          or {"v":1,"t":"refused","status":"role","why":TEXT}
+
+`role` is "core" or "ephemeral" (absent: core); the shell checks it against the cluster's
+membership (a core name may not attach as ephemeral, nor the other way round).
     connector -> acceptor    a tick (empty frame): "set up", see messages.CONNECTION_SETUP_FAILED
 
 The acceptor stops at `NeedDecision` after the hello: only the shell knows whether that node
 is banned or already connecting to us (simultaneous connects: the connection started by the
-greater node name wins, as in Erlang), and answers with `decide(status)`.
+greater node name wins, as in Erlang), and answers with `decide(status)`. The shell may
+also refuse a hello whose name a live node holds (`name_in_use`, with where that node runs):
+it asks the old link first, see netkernel's name check and DESIGN "Names and roles are
+verified, not believed".
 """
 
 from __future__ import annotations
@@ -64,6 +72,11 @@ _ACCEPTOR_LABEL = b"rabbitry-dist acceptor"
 OK = "ok"
 NOK = "nok"  # we are connecting to you and our connection wins the tie-break
 NOT_ALLOWED = "not_allowed"  # banned after a disconnect, or a connection to ourselves
+NAME_IN_USE = "name_in_use"  # a live node holds that name (it answered us just now)
+ROLE_CONFLICT = "role"  # the name is a member of the cluster under the other role
+MAX_AT = 255  # the longest address a name_in_use refusal may carry
+MAX_WHY = 1024  # the longest reason a role refusal may carry
+ROLES = ("core", "ephemeral")
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,7 @@ class Established:
     node: str
     creation: int
     rest: bytes = b""
+    role: str = "core"
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,7 @@ class NeedDecision:
 
     node: str
     creation: int
+    role: str = "core"
 
 
 @dataclass(frozen=True)
@@ -91,7 +106,9 @@ class Failed:
 
     garbage (not our protocol), bad_version, bad_cookie, bad_frame, frame_too_large, timeout,
     closed (the peer hung up), refused (the acceptor said `detail`), wrong_node (the acceptor
-    is not the node we meant to reach).
+    is not the node we meant to reach), name_in_use (the acceptor holds a live link from a
+    node of our name: `detail` is the address where that node runs), role (the name is a
+    member of the cluster under the other role: `detail` says why).
     """
 
     reason: str
@@ -190,7 +207,7 @@ class _Core:
         except FrameError as exc:
             return Failed("bad_frame", str(exc))
 
-    def _peer_identity(self, frame: dict, expected_type: str) -> tuple[str, int] | Failed:
+    def _peer_identity(self, frame: dict, expected_type: str) -> tuple[str, int, str] | Failed:
         if frame.get("t") != expected_type:
             return Failed("bad_frame", f"expected a {expected_type!r} frame; got {frame['t']!r}")
         node, creation = frame.get("node"), frame.get("creation")
@@ -200,7 +217,10 @@ class _Core:
             return Failed("bad_frame", str(exc))
         if type(creation) is not int or not 0 < creation < 2**32:
             return Failed("bad_frame", f"creation must be an int in 1..2**32-1; got {creation!r}")
-        return node, creation  # type: ignore[return-value]
+        role = frame.get("role", "core")
+        if role not in ROLES:
+            return Failed("bad_frame", f"role must be one of {', '.join(ROLES)}; got {role!r}")
+        return node, creation, role  # type: ignore[return-value]
 
     def _end(self, verdict: Verdict, out: bytes = b"") -> Step:
         self.verdict = verdict
@@ -244,13 +264,15 @@ class Acceptor(_Core):
         *,
         nonce: bytes,
         max_frame: int = 1 << 20,
+        role: str = "core",
     ) -> None:
         super().__init__(max_frame)
         self._cookie = _cookie_bytes(cookie)
         self._node = validate_node(node)
         self._creation = creation
         self._nonce = _check_nonce(nonce)
-        self._peer: tuple[str, int] | None = None
+        self._role = _check_role(role)
+        self._peer: tuple[str, int, str] | None = None
 
     def start(self) -> Step:
         """Send the challenge."""
@@ -294,20 +316,37 @@ class Acceptor(_Core):
             return Step(b"", self.verdict)
         return Step()  # await_decision: bytes wait in the buffer until decide()
 
-    def decide(self, status: str) -> Step:
-        """Answer the hello: "ok" establishes; "nok"/"not_allowed" refuses."""
+    def decide(self, status: str, at: str = "") -> Step:
+        """Answer the hello: "ok" establishes; "nok"/"not_allowed" refuses; "name_in_use"
+        refuses and tells the newcomer `at`, where the live node of its name runs; "role"
+        refuses and tells it `at`, why its role conflicts with the cluster's files."""
         if self._state != "await_decision" or self._peer is None:
             raise RuntimeError(f"decide() called in state {self._state!r}")
         if status == OK:
             welcome = encode(
-                {"v": 1, "t": "welcome", "node": self._node, "creation": self._creation},
+                {
+                    "v": 1,
+                    "t": "welcome",
+                    "node": self._node,
+                    "creation": self._creation,
+                    "role": self._role,
+                },
                 self._max_frame,
             )
             rest, self._buf = self._buf, b""
-            return self._end(Established(self._peer[0], self._peer[1], rest), welcome)
-        if status not in (NOK, NOT_ALLOWED):
-            raise ValueError(f"status: expected 'ok', 'nok' or 'not_allowed'; got {status!r}")
-        refused = encode({"v": 1, "t": "refused", "status": status}, self._max_frame)
+            peer, creation, role = self._peer
+            return self._end(Established(peer, creation, rest, role), welcome)
+        if status not in (NOK, NOT_ALLOWED, NAME_IN_USE, ROLE_CONFLICT):
+            raise ValueError(
+                "status: expected 'ok', 'nok', 'not_allowed', 'name_in_use' or 'role'; "
+                f"got {status!r}"
+            )
+        frame: dict = {"v": 1, "t": "refused", "status": status}
+        if status == NAME_IN_USE:
+            frame["at"] = at[:MAX_AT]
+        elif status == ROLE_CONFLICT:
+            frame["why"] = at[:MAX_WHY]
+        refused = encode(frame, self._max_frame)
         return self._end(Failed("refused", f"we refused {self._peer[0]}: {status}"), refused)
 
 
@@ -324,11 +363,13 @@ class Connector(_Core):
         *,
         nonce: bytes,
         max_frame: int = 1 << 20,
+        role: str = "core",
     ) -> None:
         super().__init__(max_frame)
         self._cookie = _cookie_bytes(cookie)
         self._node = validate_node(node)
         self._creation = creation
+        self._role = _check_role(role)
         self._expect = validate_node(expect, "node to connect to")
         self._nonce = _check_nonce(nonce)
         self._peer_nonce = b""
@@ -369,7 +410,13 @@ class Connector(_Core):
                 return self._end(Failed("bad_cookie", "the acceptor does not know our cookie"))
             self._state = "await_welcome"
             hello = encode(
-                {"v": 1, "t": "hello", "node": self._node, "creation": self._creation},
+                {
+                    "v": 1,
+                    "t": "hello",
+                    "node": self._node,
+                    "creation": self._creation,
+                    "role": self._role,
+                },
                 self._max_frame,
             )
             step = self._advance()
@@ -382,6 +429,12 @@ class Connector(_Core):
                 return self._end(frame)
             if frame.get("t") == "refused":
                 status = frame.get("status")
+                at = frame.get("at")
+                if status == NAME_IN_USE and isinstance(at, str) and 0 < len(at) <= MAX_AT:
+                    return self._end(Failed("name_in_use", at))
+                why = frame.get("why")
+                if status == ROLE_CONFLICT and isinstance(why, str) and 0 < len(why) <= MAX_WHY:
+                    return self._end(Failed("role", why))
                 return self._end(Failed("refused", f"the acceptor refused us: {status}"))
             identity = self._peer_identity(frame, "welcome")
             if isinstance(identity, Failed):
@@ -395,8 +448,14 @@ class Connector(_Core):
                 )
             rest, self._buf = self._buf, b""
             # The tick confirms the setup to the acceptor (see CONNECTION_SETUP_FAILED).
-            return self._end(Established(identity[0], identity[1], rest), TICK)
+            return self._end(Established(identity[0], identity[1], rest, identity[2]), TICK)
         return Step()
+
+
+def _check_role(role: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"role: expected one of {', '.join(ROLES)}; got {role!r}")
+    return role
 
 
 def _garbage(data: bytes) -> Failed:

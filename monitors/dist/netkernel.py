@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import pykka
@@ -39,10 +39,12 @@ from monitors.dist.errors import (
 from monitors.dist.frames import FrameError, encode
 from monitors.dist.gate import FailureGate
 from monitors.dist.handshake import (
+    NAME_IN_USE,
     NOK,
     NONCE_SIZE,
     NOT_ALLOWED,
     OK,
+    ROLE_CONFLICT,
     Acceptor,
     Connector,
     Established,
@@ -57,6 +59,7 @@ from monitors.dist.messages import (
     NodeDown,
     NodeUp,
 )
+from monitors.dist.name_check import PING, PONG, NameCheck, Pings, refused_log_line
 from monitors.dist.names import (
     format_address,
     new_creation,
@@ -83,6 +86,8 @@ _TICKER_MAX_SLEEP = 0.5
 # Connect failures that retrying soon will not fix: the peer is not a dist peer of our kind
 # (plain vs TLS), speaks another version, or refused our certificate or cookie. We back off.
 _HOPELESS = frozenset({"garbage", "bad_version", "bad_cookie", "tls"})
+# Refusals that no retry of this process can fix (name_check.py): it must not run.
+_FOR_GOOD = frozenset({NAME_IN_USE, ROLE_CONFLICT, "role_checked"})
 _TELL_AGAIN_AFTER = 60.0  # the same failure for the same peer is logged once a minute
 # A TCP connect whose SYN got no answer within this is tried again with a fresh SYN (the
 # kernel's own first retransmit comes only after 1 s, then 3 s, 7 s): a SYN dropped by a
@@ -177,6 +182,18 @@ def _roundtrip(msg: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(msg, allow_nan=False))
 
 
+def _check_limits(node: str, *, seconds: dict[str, Any], ban: Any, counts: dict[str, Any]) -> None:
+    """The kernel's timing and size options, each with the error that names it."""
+    for what, value in seconds.items():
+        if not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{node}: {what} must be seconds > 0; got {value!r}")
+    if not isinstance(ban, int | float) or ban < 0:
+        raise ValueError(f"{node}: disconnect_ban must be seconds >= 0; got {ban!r}")
+    for what, value in counts.items():
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{node}: {what} must be an int >= 1; got {value!r}")
+
+
 class NetKernel(Process):
     """One node's distribution layer. Start with `NetKernel.start(node, ...)`, or as a
     supervisor child; get the object for its API with `NetKernel.of(ref)`.
@@ -203,6 +220,17 @@ class NetKernel(Process):
       cookie handshake inside, and a peer's certificate must name the node it claims to be.
     - `cookie_gate`: how long a failed cookie proof is held before its connection is closed,
       doubling per (address, claimed name) (the tarpit, tarpit.py).
+    - `name_check_timeout`: how long a hello that claims the name of a node we hold a live
+      link from waits for that link to answer a ping (name_check.py); default
+      min(1 s, net_ticktime / 4). An outgoing handshake gets this much longer to finish.
+    - `on_refused(reason, line)`: called (once) when a peer refused us for a reason this
+      process cannot fix: `name_in_use` (a running node holds our name) or `role` (the
+      cluster holds our name under the other role); the node exits 2 printing `line`
+      (rabbitry/node.py). Without it we back off.
+    - `role`: this node's role ("core" or "ephemeral"), said in the handshake.
+    - `role_check(node, role)`: "" if a peer of that name may connect with that role, else
+      why not (a core name attaching as ephemeral, or the other way round). It may block
+      briefly (it asks the node monitor); it runs in the handshake's own thread.
     """
 
     DEFAULT_NET_TICKTIME: ClassVar[float] = 4.0
@@ -224,6 +252,10 @@ class NetKernel(Process):
         creation: int | None = None,
         tls: TlsContexts | None = None,
         cookie_gate: FailureGate | None = None,
+        name_check_timeout: float | None = None,
+        on_refused: Callable[[str, str], None] | None = None,
+        role: str = "core",
+        role_check: Callable[[str, str], str] | None = None,
     ) -> None:
         super().__init__()
         self.node = validate_node(node)
@@ -234,22 +266,20 @@ class NetKernel(Process):
             raise ValueError(f"{node}: cookie must be non-empty bytes or str")
         self._cookie = bytes(cookie)
         handshake_timeout = _setup_time(handshake_timeout, net_ticktime)
-        for what, value in (
-            ("net_ticktime", net_ticktime),
-            ("handshake_timeout", handshake_timeout),
-            ("connect_timeout", connect_timeout),
-        ):
-            if not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{node}: {what} must be seconds > 0; got {value!r}")
-        if not isinstance(disconnect_ban, int | float) or disconnect_ban < 0:
-            raise ValueError(f"{node}: disconnect_ban must be seconds >= 0; got {disconnect_ban!r}")
-        for what, value in (
-            ("max_frame", max_frame),
-            ("max_queue", max_queue),
-            ("max_handshakes", max_handshakes),
-        ):
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{node}: {what} must be an int >= 1; got {value!r}")
+        _check_limits(
+            node,
+            seconds={
+                "net_ticktime": net_ticktime,
+                "handshake_timeout": handshake_timeout,
+                "connect_timeout": connect_timeout,
+            },
+            ban=disconnect_ban,
+            counts={
+                "max_frame": max_frame,
+                "max_queue": max_queue,
+                "max_handshakes": max_handshakes,
+            },
+        )
         self.net_ticktime = float(net_ticktime)
         self.disconnect_ban = float(disconnect_ban)
         self.max_frame = max_frame
@@ -293,6 +323,8 @@ class NetKernel(Process):
         self._tarpit = Tarpit(cookie_gate)
         self._connect_gate = FailureGate(free=0, initial=1.0, maximum=30.0)
         self._told: dict[str, tuple[str, float]] = {}
+        # The name check (name_check.py); its refusals by reason feed /metrics and the UI.
+        self.names = NameCheck(self.net_ticktime, name_check_timeout, on_refused, role, role_check)
         _BY_URN[self.actor_urn] = self
 
     def __repr__(self) -> str:
@@ -461,6 +493,11 @@ class NetKernel(Process):
         """The nodes connected now (Erlang's nodes()), sorted."""
         with self._lock:
             return sorted(self._conns)
+
+    def connecting(self) -> list[str]:
+        """The nodes an outgoing connect attempt is under way to."""
+        with self._lock:
+            return sorted(self._outgoing)
 
     def peer_creation(self, node: str) -> int | None:
         """The creation of the connected `node`, or None if not connected."""
@@ -768,6 +805,10 @@ class NetKernel(Process):
                 self._serve_call(conn, frame)
             elif kind in SIGNAL_FRAMES:
                 self.signals.on_frame(conn, frame)
+            elif kind == PING:
+                Pings.answer(conn, frame)
+            elif kind == PONG:
+                self.names.pings.on_pong(frame)
             else:
                 log.info(
                     "dist %s: ignored a frame of unknown type %r from %s",
@@ -840,7 +881,8 @@ class NetKernel(Process):
             )
             self._pending_failed(node, pending)
             return
-        deadline = time.monotonic() + self.connect_timeout
+        # The acceptor may ask a live holder of our name first (name_check.py): wait for that.
+        deadline = time.monotonic() + self.connect_timeout + self.names.timeout
         try:
             stream = None
             if self._tls is not None:
@@ -868,8 +910,11 @@ class NetKernel(Process):
                 node,
                 nonce=os.urandom(NONCE_SIZE),
                 max_frame=self.max_frame,
+                role=self.names.role,
             )
             verdict = self._handshake(sock, core, deadline, stream)
+            if isinstance(verdict, Established) and self._role_refused(verdict, where):
+                verdict = Failed("role_checked", "")  # logged and counted: back off quietly
             if isinstance(verdict, Established):
                 sock.settimeout(None)
                 with self._lock:
@@ -892,6 +937,8 @@ class NetKernel(Process):
                 # Simultaneous connect: the peer's connection to us wins; wait for it.
                 log.debug("dist %s: %s prefers its own connection to us", self.node, node)
                 pending.done.wait(self.handshake_timeout)
+            elif isinstance(verdict, Failed) and verdict.reason in _FOR_GOOD:
+                self._refused_for_good(node, verdict)
             elif isinstance(verdict, Failed) and verdict.reason in _HOPELESS:
                 self._refused(
                     node,
@@ -1000,6 +1047,7 @@ class NetKernel(Process):
             self.creation,
             nonce=os.urandom(NONCE_SIZE),
             max_frame=self.max_frame,
+            role=self.names.role,
         )
 
     def tls_server_stream(self, sock: socket.socket) -> TlsStream | None:
@@ -1018,12 +1066,18 @@ class NetKernel(Process):
         and publish the connection or refuse it."""
         conn = None
         try:
-            impostor = stream is not None and self._impostor(stream, verdict.node)
-            if impostor:
-                self._tell(source, f"refused {verdict.node} from {where}", impostor)
+            impostor, holder, why = self._check_claim(verdict, stream, source, where)
             with self._lock:
-                status = NOT_ALLOWED if impostor else self._decide(verdict.node, verdict.creation)
-                step = core.decide(status)
+                status = (
+                    self._refuse_name(verdict.node, where, holder)
+                    if holder
+                    else ROLE_CONFLICT
+                    if why
+                    else NOT_ALLOWED
+                    if impostor
+                    else self._decide(verdict.node, verdict.creation)
+                )
+                step = core.decide(status, holder or why)
                 if isinstance(step.verdict, Established):
                     old = self._conns.get(verdict.node)
                     if old is not None:  # a restarted peer, or one that saw ours die
@@ -1101,6 +1155,95 @@ class NetKernel(Process):
                 step = core.feed(data)
                 continue
             step = core.feed(data) if data else core.closed()
+
+    def _check_claim(
+        self, hello: NeedDecision, stream: TlsStream | None, source: str, where: str
+    ) -> tuple[str, str, str]:
+        """Why the certificate does not name the node the hello claims ("" if it does),
+        where a running node of that name is ("" if none, see _live_holder), and why its
+        role conflicts with the cluster's membership ("" if it does not)."""
+        impostor = self._impostor(stream, hello.node) if stream is not None else ""
+        if impostor:
+            self._tell(source, f"refused {hello.node} from {where}", impostor)
+            return impostor, "", ""
+        holder = self._live_holder(hello.node, hello.creation)
+        if holder or self.names.role_check is None:
+            return "", holder, ""
+        why = self.names.role_check(hello.node, hello.role)
+        if why:
+            self.names.count(ROLE_CONFLICT, hello.node, why)
+            log.warning("dist %s: refused %s from %s: %s", self.node, hello.node, where, why)
+        return "", "", why
+
+    def _role_refused(self, est: Established, where: str) -> bool:
+        """The connector's side of the role check: the node we reached holds a name of the
+        cluster under the other role (a copied config with `role:` changed, say)."""
+        why = self.names.role_check(est.node, est.role) if self.names.role_check is not None else ""
+        if why:
+            self.names.count(ROLE_CONFLICT, est.node, why)
+            self._tell(est.node, f"dropped the connection to {est.node} at {where}", why)
+        return bool(why)
+
+    def _live_holder(self, node: str, creation: int) -> str:
+        """Where a running node of the name `node` is ("" if none): ourselves, or the peer
+        behind a live link of another incarnation that answers a ping within
+        name_check_timeout. Called without self._lock: the ping waits."""
+        if node == self.node:
+            return str(self.address) if creation != self.creation else ""
+        with self._lock:
+            old = self._conns.get(node)
+        if old is None or old.creation == creation or old.down is not None:
+            return ""
+        if self.names.pings.ask(old, self.names.timeout) is None:
+            log.info(
+                "dist %s: %s (creation %d) connects while our link to its creation %d is "
+                "silent: a restart, letting it in",
+                self.node,
+                node,
+                creation,
+                old.creation,
+            )
+            return ""
+        address = self._addresses.get(node)
+        return format_address(*address) if address is not None else old.address
+
+    def _refuse_name(self, node: str, where: str, holder: str) -> str:
+        """Count and log refusing a hello from `where` that claims `node`, held at `holder`."""
+        self.names.count(
+            NAME_IN_USE, node, f"refused a second process from {where}; it runs at {holder}"
+        )
+        log.warning(
+            "dist %s: refused %s from %s: the name is in use by a running node at %s",
+            self.node,
+            node,
+            where,
+            holder,
+        )
+        return NAME_IN_USE
+
+    def _refused_for_good(self, node: str, verdict: Failed) -> None:
+        """`node` refused our hello: a running node holds our name (`detail` is where), or
+        the cluster holds it under the other role (`detail` says why). Or we dropped the
+        connection for a role conflict on our side ("role_checked"): just back off."""
+        if verdict.reason == NAME_IN_USE:
+            self._told_off(node, NAME_IN_USE, refused_log_line(self.node, verdict.detail))
+        elif verdict.reason == ROLE_CONFLICT:
+            self._told_off(node, ROLE_CONFLICT, f"node {self.node}: {verdict.detail}")
+        else:
+            with self._gate_lock:
+                self._connect_gate.failed(node, time.monotonic())
+
+    def _told_off(self, node: str, reason: str, line: str) -> None:
+        """`node` refused us for `reason`, which this process cannot fix: count, log `line`,
+        and tell the owner (the node exits 2), or back off without one."""
+        self.names.count(reason, self.node, f"{node} refused us: {line}")
+        log.error("dist %s (refused by %s)", line, node)
+        callback = self.names.take_callback()
+        if callback is not None:
+            callback(reason, line)
+        else:
+            with self._gate_lock:
+                self._connect_gate.failed(node, time.monotonic())
 
     def _decide(self, node: str, creation: int) -> str:
         """With self._lock held: may `node` connect to us now? (See handshake.py.)"""

@@ -160,11 +160,17 @@ class NodeMonitorCore:
         self._started = False
         self._want_autoheal = False
         self.autoheal = ah.Autoheal(timeout=autoheal_timeout, status_timeout=status_timeout)
+        self._init_ephemeral(forget_ephemeral_after)
+
+    def _init_ephemeral(self, forget_ephemeral_after: float) -> None:
+        """What the core keeps of ephemeral members and of what the members say of themselves."""
         self.forget_ephemeral_after = forget_ephemeral_after
         self._eph: dict[str, int] = {}  # ephemeral members we know -> creation
         self._eph_down: dict[str, float] = {}  # ... of which down, since
         self._eph_said: tuple[Any, ...] | None = None  # what they were last told of us
         self._eph_misnamed: set[str] = set()  # members that said they are ephemeral
+        self._dropped_told: set[tuple[str, str]] = set()  # (sender, what) logged once
+        self._modes: dict[str, Any] = {}  # member -> the partition_handling its records say
 
     # ======================================================================= queries
 
@@ -193,6 +199,51 @@ class NodeMonitorCore:
 
     def cluster_status(self) -> ClusterStatus:
         return ClusterStatus(all=self._all, disc=self._disc, running=self._running)
+
+    def partition_modes(self) -> dict[str, Any]:
+        """The partition_handling each core member's records said (ours included): members
+        that differ are reported (`rabbitry cluster status`, the management page), as
+        RabbitMQ reports a differing net_ticktime. Each decides by its own, so they must agree."""
+        modes = {n: mode for n, mode in self._modes.items() if n in self._all}
+        return {self.node: self.config.to_config(), **modes}
+
+    def _see_mode(self, sender: str, mode: Any) -> list[Effect]:
+        if mode is None or self._modes.get(sender) == mode:
+            return []
+        self._modes[sender] = mode
+        if mode == self.config.to_config():
+            return []
+        return [
+            Log.error(
+                "a core member runs another partition_handling: members must agree, or a "
+                "partition can leave both sides running (or both paused)",
+                node=sender,
+                its=mode,
+                ours=self.config.to_config(),
+            )
+        ]
+
+    def role_conflict(self, node: str, role: str) -> str:
+        """Why `node` may not connect as `role` ("" if it may): roles are facts. A name our
+        cluster files hold as core cannot attach as ephemeral (it would count as that core
+        member being up: split brain under pause_minority), and an ephemeral member we know
+        cannot come back as core, until the name is forgotten. The dist layer refuses the
+        handshake with this text, and the refused process exits 2 printing it."""
+        if node == self.node:
+            return ""
+        if role == ROLE_EPHEMERAL and node in self._all:
+            return (
+                f"{node} is a core member of the cluster (in {self.node}'s cluster files), so "
+                f"it cannot attach as ephemeral; run `rabbitry cluster forget {node}` on a core "
+                "member first, or start it with role: core"
+            )
+        if role == ROLE_CORE and node in self._eph and node not in self._all:
+            return (
+                f"{node} is an ephemeral member of the cluster (known to {self.node}), so it "
+                f"cannot join as core until it is forgotten: `rabbitry cluster forget {node}` "
+                f"on a core member, or {self.forget_ephemeral_after:g} s after it went down"
+            )
+        return ""
 
     # ======================================================================= events
 
@@ -280,6 +331,10 @@ class NodeMonitorCore:
             sender in self._eph or msg.get("role") == ROLE_EPHEMERAL or sender in self._all
         ):
             if sender not in self._all:
+                if msg.get("role") == ROLE_CORE:  # an ephemeral member cannot speak as core
+                    return self._dropped_once(
+                        sender, "a core message from an ephemeral member", msg
+                    )
                 return self._on_ephemeral(sender, msg, now) + self._settle(now)
             if msg.get("role") == ROLE_EPHEMERAL:
                 return self._misnamed(sender)
@@ -450,6 +505,7 @@ class NodeMonitorCore:
             out += self._forget_incarnation(sender)
         self._guids[sender] = m["creation"]
         self._greeted.add(sender)
+        out += self._see_mode(sender, m.get("mode"))
         if reply:
             out.append(self._send(sender, "announce", **self._peer_record(sender)))
         self._set_disc(sender, m["disc"])
@@ -704,6 +760,8 @@ class NodeMonitorCore:
             return out
         if t == "left_cluster" and m["node"] == sender and sender in self._eph:
             creation = self._eph[sender]
+            if m.get("c") != creation:  # a leave of an older (or forged) incarnation
+                return self._dropped_once(sender, "a leave from another incarnation", m)
             out = self._forget_ephemeral(sender, "it left", now)
             return out + self._broadcast("ephemeral_left", node=sender, creation=creation)
         return []
@@ -742,6 +800,18 @@ class NodeMonitorCore:
         down = {} if since is None else {"down_for": round(now - since, 3)}
         return [*out, Log.info("ephemeral member forgotten: " + why, node=node, **down)]
 
+    def _dropped_once(self, sender: str, what: str, m: dict[str, Any]) -> list[Effect]:
+        """Log a dropped membership message once per sender and kind, then drop quietly."""
+        key = (sender, what)
+        if key in self._dropped_told:
+            return []
+        if len(self._dropped_told) >= 1024:
+            self._dropped_told.clear()
+        self._dropped_told.add(key)
+        return [
+            Log.warning("node monitor: dropped " + what, sender=sender, t=m.get("t"), c=m.get("c"))
+        ]
+
     def _misnamed(self, sender: str) -> list[Effect]:
         if sender in self._eph_misnamed:
             return []
@@ -755,7 +825,11 @@ class NodeMonitorCore:
         ]
 
     def _ephemeral_record(self, peer: str) -> dict[str, Any]:
-        return {**self._peer_record(peer), "role": ROLE_CORE, "members": sorted(self._all)}
+        """What an ephemeral node follows: our members, running, and partition mode."""
+        return {
+            **self._peer_record(peer),
+            "members": sorted(self._all),  # and _peer_record's mode: the core's, to follow
+        }
 
     def _tell_ephemerals(self) -> list[Effect]:
         """An ephemeral node follows us: tell it whenever the members or our running changed."""
@@ -775,7 +849,7 @@ class NodeMonitorCore:
         return self._others() & set(self._up)
 
     def _msg(self, t: str, **fields: Any) -> dict[str, Any]:
-        return {"t": t, "c": self.creation, **fields}
+        return {"t": t, "c": self.creation, "role": ROLE_CORE, **fields}
 
     def _send(self, to: str, t: str, **fields: Any) -> Send:
         return Send(to, self.NAME, self._msg(t, **fields))
@@ -791,6 +865,7 @@ class NodeMonitorCore:
             "running": self._app in ("running", "stopping"),
             "down": self._down_seen.get(peer),
             "alarms": sorted(self._alarms.get(self.node, ())),
+            "mode": self.config.to_config(),
         }
 
     def _ctx(self) -> ah.Ctx:

@@ -23,8 +23,13 @@ Decisions worth knowing before reading the code:
   Its application is held at boot until that holds, in every mode: a fresh executor must not
   run before it knows it is on the side that runs.
 - The core's size is the union of the member lists core members sent (the seeds before any
-  came). Larger is the safe side of a majority, so a member one core node still lists counts
-  until that node drops it.
+  came), less the members that every other member's list omits. Larger is the safe side of
+  a majority: one member's list never drops another member (a core node that ran
+  `rabbitry cluster leave` lists itself alone, and must not shrink the core to itself); a
+  member goes when the others agree it left (their lists omit it), and the lists of members
+  that went count no more. An executor attached to a member that left moves to the rest.
+- It runs the core's partition handling, not its own: core records carry the core's mode
+  (`mode`), and a different local setting is logged once (DESIGN).
 - It never writes the cluster files: it has no membership of its own to keep. Leaving (or a
   graceful stop) tells the core, which forgets it at once; otherwise the core forgets it
   `forget_ephemeral_after` seconds after its links went.
@@ -52,6 +57,23 @@ ALONE_LOG_MAX = 60.0  # the longest back-off between two "cannot reach the core"
 ROLE_CORE = "core"
 ROLE_EPHEMERAL = "ephemeral"
 ROLES = (ROLE_CORE, ROLE_EPHEMERAL)
+
+
+def core_from_lists(lists: dict[str, frozenset[str]], seeds: set[str]) -> set[str]:
+    """The core from the member lists core members sent: their union (the seeds before any
+    came), then, until nothing changes, drop a member that every list of another current
+    member omits (with at least one such list). One member's list thus never drops another
+    member, and the lists of members that left stop counting."""
+    core = set().union(*lists.values()) if lists else set(seeds)
+    changed = True
+    while changed:
+        changed = False
+        for member in sorted(core):
+            others = [listed for sender, listed in lists.items() if sender in core - {member}]
+            if others and all(member not in listed for listed in others):
+                core.discard(member)
+                changed = True
+    return core
 
 
 class EphemeralMonitorCore:
@@ -94,6 +116,8 @@ class EphemeralMonitorCore:
         self._timers: set[str] = set()
         self._started = False
         self._left = False
+        self._local_config = self.config  # what our own config said; the core's wins
+        self._mode_told = False
         # "cannot reach the core": once per back-off step, as the dist connect loop logs
         self._alone = RetryBackoff(max_step=ALONE_LOG_MAX)
         self._alone_checked: float | None = None
@@ -105,11 +129,9 @@ class EphemeralMonitorCore:
         return self._paused
 
     def core_members(self) -> set[str]:
-        """The core as far as this node knows: every list core members sent, or the seeds."""
-        members: set[str] = set()
-        for listed in self._lists.values():
-            members |= listed
-        return (members or set(self._seeds)) - self._not_core - {self.node}
+        """The core as far as this node knows: the lists core members sent (or the seeds),
+        less the members every other current member's list omits (see the docstring)."""
+        return core_from_lists(self._lists, self._seeds) - self._not_core - {self.node}
 
     def status(self) -> dict[str, Any]:
         """The same keys as a core node's status; all/disc/running name core members."""
@@ -293,10 +315,9 @@ class EphemeralMonitorCore:
         members = m.get("members")
         if isinstance(members, list) and 0 < len(members) <= MAX_LIST and not self._left:
             new = frozenset(members)
-            for gone in self._lists.get(sender, frozenset()) - new:
-                self._lists.pop(gone, None)  # the core dropped it: so does its own list
-            self._lists[sender] = new
+            self._lists[sender] = new  # one member's word: it drops nobody (core_members)
             out += [Connect(n) for n in sorted(new - set(self._up) - {self.node})]
+        out += self._follow_mode(sender, m.get("mode"))
         if m["running"]:
             self._running.add(sender)
         else:
@@ -313,6 +334,35 @@ class EphemeralMonitorCore:
                 self._restart = True
                 return [Log.info("the core member we follow stopped its application", node=sender)]
         return []
+
+    def _follow_mode(self, sender: str, mode: Any) -> list[Effect]:
+        """The core's partition handling wins over ours; a different local one is said once."""
+        if mode is None:
+            return []
+        try:
+            core_mode = PartitionHandling.parse(mode, f"{sender}'s partition_handling")
+        except ValueError as exc:
+            return [
+                Log.warning(
+                    "node monitor: dropped a bad partition mode",
+                    sender=sender,
+                    problem=str(exc)[:200],
+                )
+            ]
+        out: list[Effect] = []
+        if core_mode != self._local_config and not self._mode_told:
+            self._mode_told = True
+            out.append(
+                Log.warning(
+                    "this ephemeral node's partition_handling differs from the core's; it "
+                    "follows the core's",
+                    local=self._local_config.to_config(),
+                    core=core_mode.to_config(),
+                    core_member=sender,
+                )
+            )
+        self.config = core_mode
+        return out
 
     def _lost(self, node: str) -> list[Effect]:
         """The link to `node` went or it restarted."""
@@ -353,6 +403,9 @@ class EphemeralMonitorCore:
                 return False, "pause_if_all_down: none of the listed core nodes is reachable"
             return bool(running), "pause_if_all_down: no reachable core member runs"
         # ignore, autoheal: follow one running member, restart when its side goes
+        if self._follow is not None and self._follow not in core:
+            self._follow = None  # it left the cluster: move to the remaining core
+            self._restart = self._app != "stopped"
         if self._restart:
             return False, "restarting with the core: the member we followed stopped or went"
         if self._follow is None and running:
@@ -422,4 +475,4 @@ class EphemeralMonitorCore:
         return [self._send(n, "announce", **self._record()) for n in sorted(self._reach())]
 
     def _send(self, to: str, t: str, **fields: Any) -> Send:
-        return Send(to, self.NAME, {"t": t, "c": self.creation, **fields})
+        return Send(to, self.NAME, {"t": t, "c": self.creation, "role": ROLE_EPHEMERAL, **fields})

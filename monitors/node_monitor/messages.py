@@ -12,6 +12,7 @@ from typing import Any
 
 MAX_NAME = 255  # a node name or alarm resource
 MAX_LIST = 1024  # nodes in a list, views in a view message
+ROLES = ("core", "ephemeral")  # every message says its sender's role (`role`) and creation (`c`)
 
 # field -> kind: "str", "int", "bool", "int?" (int or null), "[str]" (a list of strings),
 # "views" (checked entry by entry by the core)
@@ -63,9 +64,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
 # so that a lost node_up, app_down or view is repaired within one keepalive round.
 # A record also says the sender's role (core or ephemeral) and, from a core node to an
 # ephemeral one, the core members it knows.
-_ROLE = {"role": "str", "members": "[str]"}
+_ROLE = {"role": "str", "members": "[str]", "mode": "mode"}
 OPTIONAL: dict[str, dict[str, str]] = {
-    "keepalive": {**_PEER, "views": "views", **_ROLE},
+    "keepalive": {**_PEER, "views": "views", **_ROLE},  # mode: the sender's partition_handling
     "node_up": _ROLE,
     "announce": _ROLE,
 }
@@ -95,6 +96,11 @@ def _kind_problem(kind: str, value: Any) -> str | None:
             return "expected a list of non-empty strings"
     elif kind == "views" and (not isinstance(value, dict) or len(value) > MAX_LIST):
         return f"expected an object of at most {MAX_LIST} views"
+    elif kind == "mode" and not (
+        (isinstance(value, str) and 0 < len(value) <= MAX_NAME)
+        or (isinstance(value, dict) and len(value) == 1)
+    ):
+        return "expected a partition_handling setting (a name, or one {mode: {...}} object)"
     return None
 
 
@@ -110,6 +116,8 @@ def problem(msg: Any) -> str | None:
         return f"unknown message type {t[:64]!r}"
     if "c" in msg and not _is_int(msg["c"]):
         return "c (the sender's creation) must be an integer"
+    if "role" in msg and msg["role"] not in ROLES:
+        return f"role (the sender's) must be one of {', '.join(ROLES)}"
     for key, kind in schema.items():
         if key not in msg:
             return f"{t}: missing field {key!r}"

@@ -199,6 +199,16 @@ class NodeMonitor(Process):
         assert self.core is not None
         return self.core.ephemeral_members()
 
+    def partition_modes(self) -> dict[str, Any]:
+        """{member: its partition_handling} as the members' records said (ours included)."""
+        modes = getattr(self.core, "partition_modes", None)
+        return modes() if modes is not None else {}
+
+    def role_conflict(self, node: str, role: str) -> str:
+        """Why `node` may not connect as `role` ("" if it may; see NodeMonitorCore)."""
+        check = getattr(self.core, "role_conflict", None)
+        return check(node, role) if check is not None else ""
+
     def is_paused(self) -> bool:
         assert self.core is not None
         return self.core.paused

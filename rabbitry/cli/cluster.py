@@ -151,6 +151,12 @@ def status_command(args: argparse.Namespace) -> int:
         return 0
     print(format_status(status))
     try:
+        modes = client.partition_modes()
+    except ControlError:
+        modes = {}  # a node older than GET /cluster/modes, or an ephemeral one: nothing to say
+    if modes.get("differ"):
+        print(format_modes(modes["modes"]))
+    try:
         app = client.app()
     except ControlError as exc:
         if exc.status != 404:  # 404: a node older than GET /app
@@ -172,6 +178,14 @@ def status_command(args: argparse.Namespace) -> int:
     else:
         print(format_mnesia(store))
     return 0
+
+
+def format_modes(modes: dict[str, Any]) -> str:
+    """The warning of `rabbitry cluster status` when core members run different partition
+    handling (as RabbitMQ warns of a differing net_ticktime)."""
+    lines = ["  WARNING        core members run different partition_handling; they must agree:"]
+    lines += [f"    {node:<20} {json.dumps(mode)}" for node, mode in sorted(modes.items())]
+    return "\n".join(lines)
 
 
 def format_mnesia(store: dict[str, Any]) -> str:

@@ -48,8 +48,27 @@ def register(commands: Any) -> None:
     start.set_defaults(handler=start_command, help_parser=start)
 
 
+def _start_failed(config: Any, exc: StartChildError) -> int:
+    """Say why a node did not start: a config mistake (a taken port, a missing file) exits 2,
+    anything else 1."""
+    from rabbitry import port_holder
+
+    key = port_holder.CHILD_KEYS.get(exc.child_id)
+    if key and port_holder.is_address_in_use(exc.reason):  # a config mistake: exit 2
+        address = getattr(config, key)
+        error = port_holder.address_in_use_error(config, key, address)
+        print(f"rabbitry node start: {error}", file=sys.stderr)
+        return 2
+    if isinstance(exc.reason, ConfigError):  # the config names what cannot be had
+        print(f"rabbitry node start: {exc.reason}", file=sys.stderr)
+        return 2
+    print(f"rabbitry node start: {config.node} failed to start: {exc}", file=sys.stderr)
+    return 1
+
+
 def start_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    from monitors.dist.name_lock import NameInUse
     from rabbitry.node import Node, wait_ready
     from rabbitry.node_config import load_node_config
 
@@ -81,32 +100,31 @@ def start_command(args: argparse.Namespace) -> int:
         node = Node.start(config)
         started.append(node)
         wait_ready(node)
+        node.wait_first_contact()
+    except NameInUse as exc:  # this host runs the name already
+        print(exc, file=sys.stderr)
+        return 2
     except StartChildError as exc:
-        from rabbitry import port_holder
-
-        key = port_holder.CHILD_KEYS.get(exc.child_id)
-        if key and port_holder.is_address_in_use(exc.reason):  # a config mistake: exit 2
-            address = getattr(config, key)
-            error = port_holder.address_in_use_error(config, key, address)
-            print(f"rabbitry node start: {error}", file=sys.stderr)
-            return 2
-        if isinstance(exc.reason, ConfigError):  # the config names what cannot be had
-            print(f"rabbitry node start: {exc.reason}", file=sys.stderr)
-            return 2
-        print(f"rabbitry node start: {config.node} failed to start: {exc}", file=sys.stderr)
-        return 1
-    print(
-        f"READY {config.node} {node.dist_address} control={node.control_address or '-'} "
-        f"metrics={node.metrics_address or '-'}",
-        flush=True,
-    )
-    while not stop.wait(0.5):
+        return _start_failed(config, exc)
+    # A peer may refuse us as soon as the dist layer connects: a running node elsewhere holds
+    # our name. Then this process must not run beside it: no READY, stop, exit 2.
+    if node.fatal is None:
+        print(
+            f"READY {config.node} {node.dist_address} control={node.control_address or '-'} "
+            f"metrics={node.metrics_address or '-'}",
+            flush=True,
+        )
+    while node.fatal is None and not stop.wait(0.1):
         if not node.root.is_alive():
             from supervisors import exit_reason
 
             reason = format_reason(exit_reason(node.root))
             print(f"rabbitry node start: {config.node} stopped: {reason}", file=sys.stderr)
             return 1
+    if node.fatal is not None:
+        print(node.fatal, file=sys.stderr, flush=True)
+        node.stop()
+        return 2
     print(f"rabbitry node start: {received[0]}: stopping {config.node}", file=sys.stderr)
     node.stop()
     return 0

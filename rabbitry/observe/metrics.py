@@ -184,6 +184,17 @@ class NodeCollector:
         for (peer, reason), count in sorted(downs.items()):
             node_down.add_metric([peer, reason], count)
         yield node_down
+        refused = CounterMetricFamily(
+            "rabbitry_dist_refused",
+            "Connections refused for a name or role conflict, either side, by reason: "
+            "name_in_use (a second process claimed a running node's name), role (a core "
+            "name attached as ephemeral, or the other way round).",
+            labels=["reason"],
+        )
+        with contextlib.suppress(ValueError, AttributeError):  # no kernel (yet, or any more)
+            for reason, count in sorted(self.node.kernel.names.counts().items()):
+                refused.add_metric([reason], count)
+        yield refused
         dist = gathered.get("dist")
         if dist is not None:
             ticktime = GaugeMetricFamily(

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from monitors.dist.name_lock import LOCK_DIR_ENV
 from rabbitry.control import ControlClient, ControlError
 from rabbitry.testing.launcher import Launcher, NodeSpec, OsNode
 from rabbitry.testing.netns import NetnsError, NetnsNet, netns_socket, unavailable
@@ -277,6 +278,15 @@ class Cluster:
         self._partition_handling = partition_handling
         self._configure(partition_handling, tree)
 
+    def lock_env(self, node: str) -> dict[str, str]:
+        """The environment that gives a node process its host's name locks (name_lock.py):
+        one lock dir per cluster, so that two test clusters with the same names can run at
+        once; under netns, one per node, as each node there is a host of its own."""
+        where = self.root / "locks"
+        if self.netns is not None:
+            where = where / node.partition("@")[0]
+        return {LOCK_DIR_ENV: str(where)}
+
     # -- set-up --------------------------------------------------------------------------
 
     def _configure(self, partition_handling: str | dict[str, Any], tree: Any) -> None:
@@ -345,6 +355,7 @@ class Cluster:
                 short,
                 [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
                 cwd=str(root),
+                env=self.lock_env(a),
             )
 
     def add_ephemeral(
@@ -385,6 +396,7 @@ class Cluster:
                     short,
                     [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)],
                     cwd=str(self.root),
+                    env=self.lock_env(name),
                     ready_timeout=120.0,  # dozens booting at once on a small machine
                 )
                 specs.append(self._specs[name])
@@ -434,6 +446,7 @@ class Cluster:
                     str(path),
                 ],
                 cwd=str(self.root),
+                env=self.lock_env(a),
             )
 
     def _tree_file(self, tree: Any) -> Path:

@@ -41,6 +41,8 @@ class PageState:
         parts = node_parts(node)
         for peer in sorted(up):
             parts[f"peer:{peer}"] = functools.partial(peer_view, node, peer)
+        if node.parts.monitor is not None:
+            parts["partition_modes"] = node.partition_modes
         gathered = self.gatherer.gather(parts, PAGE_BUDGET)
         status = gathered.get("node_monitor")
         dist = gathered.get("dist")
@@ -84,6 +86,7 @@ class PageState:
             "has_gossip": node.parts.gossip is not None,
             "has_mnesia": node.parts.mnesia is not None,
             "timeline": node.observations.timeline(50),
+            "partition_modes": gathered.get("partition_modes"),
             "missing": {k: v for k, v in gathered.missing.items() if not k.startswith("peer:")},
             "unanswered_peers": sorted(
                 k.removeprefix("peer:") for k in gathered.missing if k.startswith("peer:")

@@ -70,12 +70,14 @@ def test_nodeup_sends_node_up_and_views() -> None:
     assert up.msg == {
         "t": "node_up",
         "c": CREATION[A],
+        "role": "core",  # every membership message says its sender's role and creation
         "node": A,
         "disc": True,
         "creation": CREATION[A],
         "running": True,
         "down": None,
         "alarms": [],
+        "mode": "ignore",  # the core's partition_handling: members and executors compare it
     }
     (v,) = sends(out, "view", B)
     assert v.msg["views"][A]["seen"] == [A, B]
@@ -128,6 +130,7 @@ def test_nodedown_logs_reason_checks_partial_partition_and_notifies() -> None:
     assert check.msg == {
         "t": "check_partial_partition",
         "c": CREATION[A],
+        "role": "core",
         "node": B,
         "reporter": A,
         "node_c": CREATION[B],
@@ -175,6 +178,7 @@ def test_checker_asks_the_down_node_then_confirms_to_the_reporter() -> None:
     assert pp.msg | {"c": 0} == {
         "t": "partial_partition",
         "c": 0,
+        "role": "core",
         "node": B,
         "proxy": C,
         "creation": CREATION[A],

@@ -390,13 +390,20 @@ def _heal_everything(sim: Sim, checker: EphemeralInvariants, schedule: EphSchedu
         sim.boot(*dead)
 
 
-def build(schedule: EphSchedule, trace_len: int | None = 200) -> tuple[Sim, EphemeralInvariants]:
+def build(
+    schedule: EphSchedule,
+    trace_len: int | None = 200,
+    kind: MixedKind | None = None,
+    checker_type: type[EphemeralInvariants] | None = None,
+) -> tuple[Sim, EphemeralInvariants]:
+    """The simulation of `schedule`; `kind` and `checker_type` let a driver (adversarial.py)
+    build its nodes and check its invariants its own way."""
     sim = Sim(schedule.seed, net=NetConfig(), trace_len=trace_len)
-    kind = MixedKind(schedule)
+    kind = kind or MixedKind(schedule)
     sim.add_kind(kind)
     for name in (*schedule.core, *schedule.ephemeral):
         sim.add_node(name)
-    checker = EphemeralInvariants(sim, kind, schedule)
+    checker = (checker_type or EphemeralInvariants)(sim, kind, schedule)
     sim.add_observer(checker)
     connect = sim._common[Connect]
 

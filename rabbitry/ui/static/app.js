@@ -138,6 +138,10 @@ function renderBanner(s) {
   const distinct = new Set(ticks.map(([, t]) => t));
   $("ticktime-warning").hidden = distinct.size < 2;
   $("ticktimes").textContent = ticks.map(([n, t]) => `${n}: ${t} s`).join(", ");
+  const modes = (s.partition_modes && s.partition_modes.modes) || {};
+  $("mode-warning").hidden = !(s.partition_modes && s.partition_modes.differ);
+  $("modes").textContent = Object.entries(modes)
+    .map(([n, m]) => `${n}: ${JSON.stringify(m)}`).join(", ");
   $("paused-notice").hidden = !s.paused;
 }
 

@@ -228,3 +228,22 @@ def test_the_dashboard_and_the_alerts_use_only_served_names(node: Node) -> None:
     used = {name for expr in exprs for name in re.findall(r"\brabbitry_[a-z_]+", expr)}
     assert used, "no rabbitry_ names found"
     assert used <= served, f"not served: {sorted(used - served)}"
+
+
+def test_refusals_are_counted_by_reason_and_put_on_the_timeline(node: Node) -> None:
+    """A second process claiming this node's name (here: a raw handshake with another
+    creation) is refused: rabbitry_dist_refused_total{reason="name_in_use"} and a `refused`
+    entry on the management page's timeline."""
+    from monitors.dist.handshake import Connector, Failed
+
+    host, _, port = node.dist_address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        core = Connector(node.config.cookie, node.name, 77, node.name, nonce=b"\x07" * 32)
+        step = core.start()
+        while step.verdict is None:
+            step = core.feed(sock.recv(4096))
+            sock.sendall(step.out)
+    assert step.verdict == Failed("name_in_use", node.dist_address)
+    family = complete_scrape(node.metrics_address)["rabbitry_dist_refused_total"]
+    assert samples(family)[(("reason", "name_in_use"),)] >= 1
+    assert [e for e in node.observations.timeline(50) if e["kind"] == "refused"]
