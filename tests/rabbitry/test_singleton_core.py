@@ -140,3 +140,33 @@ def test_well_typed_heads_with_any_fields_never_raise(kind: str, fields: dict[st
     for sender in ("b@h", "c@h", "x@h"):
         core.receive(sender, {"v": 1, "t": kind, "key": "k", "round": 1, "q": 1, **fields}, 0.5)
     core.timer("query:1", 1.0, 1)
+
+
+def test_a_holder_that_finds_another_holder_stops_and_reports_the_conflict() -> None:
+    """A global name's holder that was cut off and found another node holding the name on
+    its next renewal stops its instance and reports the conflict (the losing process is then
+    told ("global_name_conflict", name), as Erlang's global does)."""
+    from rabbitry.singleton.effects import Conflict, StopInstance
+
+    core = acceptor()
+    core.want("g", 0.0, info={"name": "rabbitry.global.g"})
+    core.timer("try:g", 0.0, "g")
+    yes = {"v": 1, "t": "ack", "key": "g", "round": 1, "ok": True, "max_token": 1}
+    assert any(isinstance(e, StartInstance) for e in core.receive("b@h", yes, 0.1))
+    renewal = core.timer("try:g", 0.5, "g")
+    round_ = next(e.msg["round"] for e in renewal if isinstance(e, Send))
+    no = {
+        "v": 1,
+        "t": "ack",
+        "key": "g",
+        "round": round_,
+        "ok": False,
+        "max_token": 4,
+        "holder": "c@h",
+        "left": 1.5,
+        "confirmed": True,
+    }
+    core.receive("b@h", no, 0.6)
+    effects = core.receive("c@h", no, 0.6)
+    assert any(isinstance(e, StopInstance) for e in effects)
+    assert Conflict("g", "c@h") in effects

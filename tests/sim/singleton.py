@@ -388,17 +388,18 @@ def main(argv: list[str] | None = None) -> int:
         print(result.report(200 if args.trace else 40))
         print(f"recovery after the heal: {result.recoveries}")
         return 1 if result.violation else 0
-    jobs = [
-        (s, n, m)
-        for m in modes
-        for n in sizes(args.nodes)
-        for s in range(args.seed, args.seed + args.sweep)
-    ]
-    results = run_jobs(run_job, jobs, args.workers, chunksize=8)
+    results: list[tuple[int, int, str, str | None, float]] = []
+    for mode in modes:  # a tally per mode and size as it goes: a long sweep shows progress
+        for n in sizes(args.nodes):
+            jobs = [(s, n, mode) for s in range(args.seed, args.seed + args.sweep)]
+            group = run_jobs(run_job, jobs, args.workers, chunksize=8)
+            results += group
+            bad = [r for r in group if r[3]]
+            print(f"{mode} nodes={n}: {len(group)} schedules, {len(bad)} failed", flush=True)
+            for r in bad[:1]:
+                print(r[3], flush=True)
     failed = [r for r in results if r[3]]
     worst = max((r[4] for r in results), default=0.0)
-    for r in failed[:3]:
-        print(r[3])
     print(
         f"{len(results)} schedules, {len(failed)} failed; slowest recovery after the heal "
         f"{worst:.3f}s (bound lease + 2 x net_ticktime = {LEASE + 2.0:.1f}s)"
