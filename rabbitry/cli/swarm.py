@@ -173,8 +173,13 @@ def _stop_workers(workers: list[subprocess.Popen[str]]) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from rabbitry.swarm import load_template, member_config, start_members, stop_members
-    from rabbitry.swarm import wait_running
+    from rabbitry.swarm import (
+        load_template,
+        member_config,
+        start_members,
+        stop_members,
+        wait_running,
+    )
     from supervisors import stop_pool
 
     first, _, last = args.slice.partition(":")
