@@ -344,8 +344,8 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 def _fit(rows: list[Row]) -> str:
     """Least-squares slopes of deliveries/s against N: linear (a + bN) and quadratic (a + cN^2)."""
     pts = [(r.n, r.deliveries) for r in rows if r.deliveries is not None]
-    if len(pts) < 2:
-        return "not enough points to fit"
+    if len(pts) < 3:  # two points fit any curve
+        return f"deliveries/s measured at {len(pts)} N only: not enough points to fit a slope"
 
     def slope(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)

@@ -135,14 +135,19 @@ class SwarmMember(Node):
         return children
 
 
-def start_members(configs: Iterable[NodeConfig]) -> list[SwarmMember]:
+def start_members(configs: Iterable[NodeConfig], stop: Any = None) -> list[SwarmMember]:
     """Start every member, START_WORKERS at a time. If one fails, the started ones are
-    stopped and the error is raised."""
+    stopped and the error is raised. Once `stop` (an Event) is set, no more are started:
+    the ones started are returned (a SIGTERM during a long start must not wait for it)."""
     configs = list(configs)
+
+    def start(config: NodeConfig) -> SwarmMember | None:
+        return None if stop is not None and stop.is_set() else SwarmMember.start(config)
+
     with concurrent.futures.ThreadPoolExecutor(START_WORKERS, "swarm-start") as pool:
-        futures = [pool.submit(SwarmMember.start, c) for c in configs]
+        futures = [pool.submit(start, c) for c in configs]
         concurrent.futures.wait(futures)
-    members = [f.result() for f in futures if f.exception() is None]
+    members = [f.result() for f in futures if f.exception() is None and f.result() is not None]
     errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         stop_members(members)

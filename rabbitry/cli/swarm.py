@@ -191,7 +191,7 @@ def _worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        members = start_members(configs)
+        members = start_members(configs, stop)
     except Exception as exc:
         print(f"rabbitry swarm: members {args.slice} failed to start: {exc}", file=sys.stderr)
         return 1
