@@ -188,7 +188,7 @@ class Swarm:
             with contextlib.suppress(psutil.Error):
                 cmd = child.cmdline()
                 if "--slice" in cmd:
-                    a, _, b = cmd[cmd.index("--slice") + 1].partition(":")
+                    a, b = cmd[cmd.index("--slice") + 1].split(":")[:2]
                     out[child.pid] = (int(a), int(b))
         return out
 

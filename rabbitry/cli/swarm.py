@@ -108,9 +108,11 @@ def _parent(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     base = [sys.executable, "-m", "rabbitry", "swarm", "--config", args.config]
+    log_level = ["--log-level", args.log_level]
     workers = [
         subprocess.Popen(
-            [*base, "--count", str(n), "--slice", f"{a}:{b}", "--log-level", args.log_level],
+            # the slice names the command's pid: a worker that finds another parent stops
+            [*base, "--count", str(n), "--slice", f"{a}:{b}:{os.getpid()}", *log_level],
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,  # Ctrl-C reaches the command, which stops them in order
@@ -171,6 +173,21 @@ def _stop_workers(workers: list[subprocess.Popen[str]]) -> int:
 
 # ----------------------------------------------------------------------------- a worker
 
+ORPHAN_POLL = 1.0  # how often a worker checks that the command that started it still runs
+
+
+def _orphan_watch(parent: int, stop: threading.Event) -> None:
+    """A worker runs in its own session (Ctrl-C goes to the command, which stops the workers
+    in order), so a SIGKILLed command would leave it running: when the parent goes, stop.
+    (`parent` comes from the command itself: it may be gone before the worker looks.)"""
+    while True:
+        if os.getppid() != parent:
+            print("rabbitry swarm: the swarm command went; stopping", file=sys.stderr)
+            stop.set()
+            return
+        if stop.wait(ORPHAN_POLL):
+            return
+
 
 def _worker(args: argparse.Namespace) -> int:
     from rabbitry.swarm import (
@@ -182,7 +199,7 @@ def _worker(args: argparse.Namespace) -> int:
     )
     from supervisors import stop_pool
 
-    first, _, last = args.slice.partition(":")
+    first, last, parent = [*args.slice.split(":"), ""][:3]
     template, base = load_template(args.config)
     configs = [
         member_config(template, base, i, file=args.config) for i in range(int(first), int(last))
@@ -190,6 +207,8 @@ def _worker(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    parent_pid = int(parent) if parent else os.getppid()
+    threading.Thread(target=_orphan_watch, args=(parent_pid, stop), daemon=True).start()
     try:
         members = start_members(configs, stop)
     except Exception as exc:

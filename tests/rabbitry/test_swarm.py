@@ -3,6 +3,7 @@ the core lists them, and SIGTERM makes them leave (docs/membership.md, "rabbitry
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -98,7 +99,7 @@ def test_two_hundred_members_attach_and_leave(core: Cluster, tmp_path: Path) -> 
         assert time.monotonic() - t0 < FORGET
         assert not any(core.status(n)["paused"] for n in ("a", "b", "c"))
     finally:
-        if swarm.poll() is None:
+        if swarm.poll() is None:  # its workers stop when it goes (they watch their parent)
             swarm.kill()
             swarm.wait()
 
@@ -129,3 +130,54 @@ def test_a_bad_template_is_refused_with_its_key(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "bad.yaml" in done.stderr and "cookie" in done.stderr, done.stderr
+
+
+def test_workers_stop_when_the_command_is_killed(tmp_path: Path) -> None:
+    """The workers run in their own session; a SIGKILLed command must not leave them running.
+    (No core: the members wait to attach, and are stopped before they ever do.)"""
+    import psutil
+
+    from rabbitry.testing.cluster import COOKIE, free_ports
+
+    cookie = tmp_path / "cookie"
+    cookie.write_bytes(COOKIE)
+    cookie.chmod(0o600)
+    nowhere = free_ports(1)[0]
+    template = tmp_path / "exec.yaml"
+    template.write_text(
+        json.dumps(
+            {
+                "node": "exec@127.0.0.1",
+                "listen": f"{HOST}:0",
+                "cookie_file": str(cookie),
+                "data_dir": str(tmp_path / "members"),
+                "cluster": {"nodes": {"a@127.0.0.1": f"{HOST}:{nowhere}"}},
+            }
+        )
+    )
+    swarm = _swarm(template, "--count", "2", "--processes", "2")
+    command = psutil.Process(swarm.pid)
+    workers: list[psutil.Process] = []
+    try:
+        workers = wait_until(
+            lambda: len(command.children()) == 2 and command.children(), "the 2 workers", 30
+        )
+        swarm.kill()
+        swarm.wait()
+        # (an orphan may come to this process, a subreaper under the test suite: a zombie here
+        # is a worker that ended)
+        wait_until(lambda: not [w for w in workers if _alive(w)], "the workers to end", 30, 0.1)
+    finally:
+        for p in [command, *workers]:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+def _alive(process: object) -> bool:
+    import psutil
+
+    assert isinstance(process, psutil.Process)
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
