@@ -1,28 +1,30 @@
-"""Membership at scale (issue 13): 3 core nodes and N ephemeral nodes, each an OS process.
+"""Membership at scale (issues 13, 26): 3 core nodes and N ephemeral members from `rabbitry swarm`.
 
-For each N (default 0, 16, 32, 64) a fresh core of 3 nodes under pause_minority, with gossip on
-the local Redis, and N more nodes, then:
+For each N (default 0, 100, 300, 1000), in one run: a fresh core of 3 node processes under
+pause_minority at net_ticktime 2 s, gossip on a redis-server of our own (so the broker's
+counters are ours alone), and `rabbitry swarm --count N --processes P` for the executors. Then:
 
-- attach: the time from launching the N processes until core node a lists all N (as
-  ephemeral members; with --design full, as running members);
-- dist connections per ephemeral node and per core node (ESTABLISHED TCP links to dist ports
-  and to the fault proxies in front of them), measured with psutil;
-- idle CPU: the core nodes' CPU seconds per second over a quiet window, and its ratio to N = 0;
-- gossip: the messages per second the broker delivers (broadcasts on the exchange, counted by a
-  subscriber of our own, times the number of subscribed nodes);
-- silent cut: core node c is cut from a and b (a fault proxy drops bytes); the time until it
-  pauses, and its ratio to N = 0 (goal: at most 1.2 at N = 64);
-- half SIGKILL: N/2 of the extra nodes are SIGKILLed at once; whether any core node pauses, and
-  the time until every core node has forgotten all of them (goal: within
-  forget_ephemeral_after + 2 s; the full-member design never forgets them).
+- attach: from launching the swarm until it printed `READY N` (all attached and running) and
+  core node a lists all N;
+- threads: the OS threads of each core node process (psutil), mean and max;
+- idle CPU: the core nodes' CPU seconds per second over a quiet window, its ratio to N = 0, and
+  the extra CPU per executor ((cpu - cpu at N = 0) / N);
+- bus, measured at the broker over the same window (Redis INFO, not computed from N): PUBLISH
+  calls per second (commandstats), bytes the broker sent to its clients per second
+  (total_net_output_bytes), and deliveries per second = those bytes / the mean size of one
+  delivered frame (sampled by one subscriber of our own, whose share is taken off). Fitted
+  slopes of deliveries/s against N, linear and quadratic, are printed;
+- silent cut: core node c is SIGSTOPped; the time until core node a no longer lists it running,
+  and its ratio to N = 0;
+- half SIGKILL: one of the swarm's worker processes (N/P members) is SIGKILLed; whether any
+  core node pauses, and the time until every core node has forgotten them (goal: within
+  forget_ephemeral_after + 5 s).
 
-`--design full` runs the same with the extra nodes as full members joined through
-`rabbitry cluster join` (today's executors, with ephemeral=False). Timing on a shared machine
-is noisy: the load average is printed next to the figures, and ratios are against N = 0 of
-the same run.
+Timing on a shared machine is noisy: the load average is printed with each row, and every
+ratio is against N = 0 of the same run.
 
-Usage: python benchmarks/membership.py [--n 0,16,32,64] [--design ephemeral|full|both]
-                                       [--forget SECONDS] [--window SECONDS]
+Usage: python benchmarks/membership.py [--n 0,100,300,1000] [--processes 2] [--forget 10]
+                                       [--window 10] [--no-bus]
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,47 +48,33 @@ from typing import Any
 import psutil
 import redis
 
-from rabbitry.testing.cluster import HOST, Cluster, ClusterFactory, faultproxy_available
+from rabbitry.testing.cluster import HOST, Cluster, ClusterFactory, faultproxy_available, free_ports
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 CORE = ("a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1")
 NET_TICKTIME = 2.0
+SWARM = [sys.executable, "-m", "rabbitry", "swarm"]
 
 
 @dataclass
 class Row:
-    design: str
     n: int
+    load: str = ""
     attach_s: float | None = None
-    conns_extra: tuple[float, int] | None = None  # mean, max per extra node
-    conns_core: float | None = None
+    threads: tuple[float, int] | None = None  # mean, max per core node
     core_cpu: float | None = None  # CPU seconds per second, mean of the 3 core nodes
-    deliveries: float | None = None  # broker deliveries per second
-    publishes: float | None = None
-    cut_pause_s: float | None = None
+    publishes: float | None = None  # PUBLISH calls per second at the broker
+    out_bytes: float | None = None  # bytes per second the broker sent
+    deliveries: float | None = None  # out_bytes / mean frame size, ours taken off
+    cut_s: float | None = None
     kill_paused: bool | None = None
-    forgotten_s: float | None = None  # None: not forgotten within the wait
+    killed: int = 0
+    forgotten_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
 def _load() -> str:
     one, five, _ = os.getloadavg()
-    return f"load {one:.1f}/{five:.1f}"
-
-
-def _connections(pid: int, dist: set[int], own: int | None) -> int:
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-        conns = [c for p in procs for c in p.net_connections(kind="tcp")]
-    except psutil.Error:
-        return 0
-    count = 0
-    for c in conns:
-        if c.status != psutil.CONN_ESTABLISHED or not c.raddr:
-            continue
-        if c.raddr.port in dist or (own is not None and c.laddr.port == own):
-            count += 1
-    return count
+    return f"{one:.1f}/{five:.1f}"
 
 
 def _cpu(pids: list[int]) -> float:
@@ -95,22 +86,64 @@ def _cpu(pids: list[int]) -> float:
     return total
 
 
-class BusCounter:
-    """Counts the broadcasts on the gossip exchange (one subscriber of our own)."""
+class Broker:
+    """A redis-server of our own, and its counters."""
 
-    def __init__(self, exchange: str) -> None:
+    def __init__(self, root: Path) -> None:
+        self.port = free_ports(1)[0]
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("no redis-server on PATH")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no"],
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.url = f"redis://{HOST}:{self.port}/0"
+        self.client = redis.Redis(host=HOST, port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def counters(self) -> tuple[int, int]:
+        """(PUBLISH calls, bytes sent to clients) so far."""
+        publish = self.client.info("commandstats").get("cmdstat_publish", {}).get("calls", 0)
+        return int(publish), int(self.client.info("stats")["total_net_output_bytes"])
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+class FrameSampler:
+    """One subscriber of our own: counts the broadcasts it gets and their size on the wire."""
+
+    def __init__(self, url: str, exchange: str) -> None:
         self.count = 0
-        self._client = redis.Redis.from_url(REDIS_URL)
+        self.wire_bytes = 0
+        self._client = redis.Redis.from_url(url)
         self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-        self._pubsub.psubscribe(f"{exchange}:bc:*")
+        self._pattern = f"{exchange}:bc:*"
+        self._pubsub.psubscribe(self._pattern)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if self._pubsub.get_message(timeout=0.2) is not None:
-                self.count += 1
+            m = self._pubsub.get_message(timeout=0.2)
+            if m is None:
+                continue
+            self.count += 1
+            self.wire_bytes += _pmessage_size(self._pattern, m["channel"], m["data"])
 
     def close(self) -> None:
         self._stop.set()
@@ -119,107 +152,188 @@ class BusCounter:
         self._client.close()
 
 
+def _pmessage_size(pattern: str, channel: bytes, data: bytes) -> int:
+    """The RESP2 size of one pmessage push: *4, $8 pmessage, the pattern, channel and data."""
+
+    def bulk(b: bytes) -> int:
+        return len(f"${len(b)}\r\n") + len(b) + 2
+
+    return 4 + bulk(b"pmessage") + bulk(pattern.encode()) + bulk(channel) + bulk(data)
+
+
+class Swarm:
+    """`rabbitry swarm` as a child process; `ready` is set when it printed READY."""
+
+    def __init__(self, template: Path, n: int, processes: int, log: Path) -> None:
+        self.ready = threading.Event()
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [*SWARM, "--config", str(template), "--count", str(n), "--processes", str(processes)],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("READY"):
+                self.ready.set()
+
+    def workers(self) -> dict[int, tuple[int, int]]:
+        """pid -> (first, last) member indices of each worker process."""
+        out = {}
+        for child in psutil.Process(self.proc.pid).children():
+            with contextlib.suppress(psutil.Error):
+                cmd = child.cmdline()
+                if "--slice" in cmd:
+                    a, b = cmd[cmd.index("--slice") + 1].split(":")[:2]
+                    out[child.pid] = (int(a), int(b))
+        return out
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid, *self.workers()]
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            return None
+        finally:
+            self.log.close()
+
+
+def _template(c: Cluster, root: Path, bus: str | None, exchange: str) -> Path:
+    data: dict[str, Any] = {
+        "node": "exec@127.0.0.1",
+        "role": "ephemeral",
+        "listen": f"{HOST}:0",
+        "cookie_file": str(c.root / "cookie"),
+        "data_dir": str(root / "swarm"),
+        "net_ticktime": NET_TICKTIME,
+        "partition_handling": "pause_minority",
+        "cluster": {"nodes": {m: f"{HOST}:{c.dist_ports[m]}" for m in CORE}},
+    }
+    if bus:
+        data.update(bus=bus, gossip={"exchange": exchange})
+    path = root / "exec.yaml"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
 def _known(c: Cluster, node: str) -> set[str]:
     members = c.client(node).ephemeral()
     return set(members["up"]) | set(members["down"])
 
 
-def _attach(c: Cluster, design: str, n: int, gossip: dict[str, Any]) -> list[str]:
-    """Start n extra nodes and wait until core node a counts them in (ephemeral: listed up;
-    full: running members)."""
-    if design == "ephemeral":
-        extra = c.add_ephemeral(n, gossip)
-        c.wait_for(lambda: len(c.status("a")["ephemeral"]) == n, 600, f"{n} ephemeral attached")
-        return extra
-    extra = c.add_ephemeral(n, {**gossip, "role": "core"}, prefix="f")
-    address = f"{HOST}:{c.dist_ports['a@127.0.0.1']}"
-    for x in extra:
-        c.wait_for(lambda x=x: c.client(x).join("a@127.0.0.1", address), 300, f"{x} to join")
-    c.wait_for(lambda: len(c.status("a")["running"]) == 3 + n, 600, f"{n} members running")
-    return extra
-
-
-def _measure_idle(c: Cluster, row: Row, extra: list[str], counter: BusCounter, window: float):
-    dist = set(c.dist_ports.values())
-    dist |= {int(a.rpartition(":")[2]) for a in c.proxies.values()}
-    listen = {
-        x: int(json.loads(c.config_file(x).read_text())["listen"].rpartition(":")[2]) for x in extra
-    }
-    dist |= set(listen.values())
-    counts = [_connections(c.proc(x).pid, dist, listen[x]) for x in extra]
-    if counts:
-        row.conns_extra = (sum(counts) / len(counts), max(counts))
-    per_core = [_connections(c.proc(m).pid, dist, c.dist_ports[m]) for m in CORE]
-    row.conns_core = sum(per_core) / len(CORE)
+def _measure_idle(c: Cluster, row: Row, broker: Broker | None, exchange: str, window: float):
     pids = [c.proc(m).pid for m in CORE]
-    before, seen, t0 = _cpu(pids), counter.count, time.monotonic()
+    threads = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            threads.append(psutil.Process(pid).num_threads())
+    row.threads = (sum(threads) / len(threads), max(threads)) if threads else None
+    sampler = FrameSampler(broker.url, exchange) if broker else None
+    time.sleep(1.0)  # the sampler subscribed
+    counters = broker.counters() if broker else (0, 0)
+    seen = (sampler.count, sampler.wire_bytes) if sampler else (0, 0)
+    before, t0 = _cpu(pids), time.monotonic()
     time.sleep(window)
     elapsed = time.monotonic() - t0
     row.core_cpu = (_cpu(pids) - before) / elapsed / len(CORE)
-    row.publishes = (counter.count - seen) / elapsed
-    row.deliveries = row.publishes * (3 + len(extra))  # every node PSUBSCRIBEs the exchange
+    if broker and sampler:
+        publish, out = broker.counters()
+        ours, our_bytes = sampler.count - seen[0], sampler.wire_bytes - seen[1]
+        sampler.close()
+        row.publishes = (publish - counters[0]) / elapsed
+        row.out_bytes = (out - counters[1]) / elapsed
+        if ours:
+            frame = our_bytes / ours
+            row.deliveries = max(0.0, (out - counters[1] - our_bytes) / frame / elapsed)
 
 
 def _silent_cut(c: Cluster, row: Row) -> None:
-    """Cut core node c from a and b (both ways, bytes dropped): the time until c pauses. In
-    the full-member design c may keep a majority through the other members, and never pause."""
+    """SIGSTOP core node c: the time until a no longer lists it running."""
     t0 = time.monotonic()
-    c.partition(["c"], ["a", "b"])
+    c.stop("c")
     try:
-        c.wait_for(lambda: c.status("c")["paused"], 6 * NET_TICKTIME + 10, "c to pause")
-        row.cut_pause_s = time.monotonic() - t0
-    except AssertionError:
-        row.notes.append("cut from the other core nodes, c kept running (a majority of members)")
-    c.heal()
+        c.wait_for(
+            lambda: "c@127.0.0.1" not in c.status("a")["running"],
+            6 * NET_TICKTIME + 20,
+            "a to see c down",
+        )
+        row.cut_s = time.monotonic() - t0
+    finally:
+        c.cont("c")
 
     def whole() -> bool:
         return all(
             not c.status(m)["paused"] and set(CORE) <= set(c.status(m)["running"]) for m in CORE
         )
 
-    c.wait_for(whole, 120, "the core to run again after the cut")
+    c.wait_for(whole, 180, "the core to run again after the cut")
 
 
-def _half_kill(c: Cluster, row: Row, design: str, extra: list[str], forget: float) -> None:
-    killed = extra[: len(extra) // 2]
-    for x in killed:
-        c.kill(x)
+def _half_kill(c: Cluster, row: Row, swarm: Swarm, forget: float) -> None:
+    workers = swarm.workers()
+    if not workers:
+        row.notes.append("no swarm worker to kill")
+        return
+    pid, (first, last) = sorted(workers.items(), key=lambda kv: kv[1])[0]
+    killed = {f"exec-{i}@127.0.0.1" for i in range(first, last)}
+    row.killed = len(killed)
+    os.kill(pid, signal.SIGKILL)
     t0 = time.monotonic()
     row.kill_paused = False
-    while time.monotonic() - t0 < forget + 10.0:
-        statuses = [c.status(m) for m in CORE]
-        row.kill_paused = row.kill_paused or any(s["paused"] for s in statuses)
-        if design == "ephemeral":
-            left = [x for m in CORE for x in killed if x in _known(c, m)]
-        else:  # full members stay members, down, until `rabbitry cluster forget`
-            left = [x for s in statuses for x in killed if x in s["all"]]
-        if not left:
+    while time.monotonic() - t0 < forget + 30.0:
+        row.kill_paused = row.kill_paused or any(c.status(m)["paused"] for m in CORE)
+        if not any(killed & _known(c, m) for m in CORE):
             row.forgotten_s = time.monotonic() - t0
             return
-        time.sleep(0.1)
+        time.sleep(0.2)
 
 
-def run_one(factory: ClusterFactory, design: str, n: int, args: argparse.Namespace) -> Row:
-    row = Row(design, n)
+def run_one(factory: ClusterFactory, n: int, args: argparse.Namespace, root: Path) -> Row:
+    row = Row(n)
     exchange = f"bench-membership-{uuid.uuid4().hex[:8]}"
-    gossip = {"bus": REDIS_URL, "gossip": {"exchange": exchange}}
-    core_config = {"cluster": {"forget_ephemeral_after": args.forget}, **gossip}
-    c = factory(3, "pause_minority", net_ticktime=NET_TICKTIME, config=core_config)
-    counter = BusCounter(exchange)
+    broker = None if args.no_bus else Broker(root)
+    bus = broker.url if broker else None
+    core_config: dict[str, Any] = {"cluster": {"forget_ephemeral_after": args.forget}}
+    if bus:
+        core_config.update(bus=bus, gossip={"exchange": exchange})
+    swarm = None
     try:
-        extra: list[str] = []
+        c = factory(3, "pause_minority", net_ticktime=NET_TICKTIME, config=core_config)
         if n:
+            template = _template(c, root, bus, exchange)
             t0 = time.monotonic()
-            extra = _attach(c, design, n, gossip)
+            swarm = Swarm(template, n, args.processes, root / "swarm.log")
+            deadline = t0 + args.attach_timeout
+            while not swarm.ready.wait(0.5):
+                if swarm.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the swarm of {n} was not READY within {args.attach_timeout:g} s "
+                        f"(exit {swarm.proc.poll()}); see {root / 'swarm.log'}"
+                    )
+            c.wait_for(lambda: len(c.status("a")["ephemeral"]) == n, 120, f"a to list {n}")
             row.attach_s = time.monotonic() - t0
         time.sleep(args.settle)
-        _measure_idle(c, row, extra, counter, args.window)
+        _measure_idle(c, row, broker, exchange, args.window)
+        row.load = _load()
         _silent_cut(c, row)
-        if n:
-            _half_kill(c, row, design, extra, args.forget)
+        if n and swarm is not None:
+            _half_kill(c, row, swarm, args.forget)
     finally:
-        counter.close()
-        c.close()
+        if swarm is not None:
+            swarm.stop()
+        if broker is not None:
+            broker.close()
     return row
 
 
@@ -227,69 +341,102 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _fit(rows: list[Row]) -> str:
+    """Least-squares slopes of deliveries/s against N: linear (a + bN) and quadratic (a + cN^2)."""
+    pts = [(r.n, r.deliveries) for r in rows if r.deliveries is not None]
+    if len(pts) < 3:  # two points fit any curve
+        return f"deliveries/s measured at {len(pts)} N only: not enough points to fit a slope"
+
+    def slope(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+        a = my - b * mx
+        res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys, strict=True))
+        return a, b, res
+
+    ns, ys = [float(n) for n, _ in pts], [float(y) for _, y in pts]
+    a1, b1, r1 = slope(ns, ys)
+    a2, b2, r2 = slope([n * n for n in ns], ys)
+    better = "linear" if r1 <= r2 else "quadratic"
+    return (
+        f"deliveries/s = {a1:.1f} + {b1:.3f} N (residual {r1:.0f}); "
+        f"= {a2:.1f} + {b2:.5f} N^2 (residual {r2:.0f}); the {better} fit is closer"
+    )
+
+
 def table(rows: list[Row], forget: float) -> str:
     lines = [
-        "| design | N | attach s | dist conns per extra node (mean/max) | per core node | "
-        "core CPU s/s | ratio to N=0 | bus deliveries/s | silent cut: pause s | ratio to N=0 | "
-        f"half SIGKILL: core paused | forgotten after s (goal <= {forget + 2:g}) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| N | load 1/5 min | attach+run s | core threads mean/max | core CPU s/s | ratio "
+        "| CPU per executor s/s | PUBLISH/s | broker out KB/s | deliveries/s | SIGSTOP seen s "
+        f"| ratio | half SIGKILL: killed, core paused | forgotten s (goal <= {forget + 5:g}) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    base: dict[str, Row] = {r.design: r for r in rows if r.n == 0}
+    base = next((r for r in rows if r.n == 0), None)
     for r in rows:
-        b = base.get(r.design)
-        cpu_ratio = r.core_cpu / b.core_cpu if b and b.core_cpu and r.core_cpu else None
-        cut_ratio = r.cut_pause_s / b.cut_pause_s if b and b.cut_pause_s and r.cut_pause_s else None
-        extra = "-" if r.conns_extra is None else f"{r.conns_extra[0]:.1f}/{r.conns_extra[1]}"
-        if not r.n or r.kill_paused is None:  # N = 0, or the run broke before the kill
-            forgotten = "-"
+        cpu_ratio = cut_ratio = per = None
+        if base and base.core_cpu and r.core_cpu is not None:
+            cpu_ratio = r.core_cpu / base.core_cpu
+            per = (r.core_cpu - base.core_cpu) / r.n if r.n else None
+        if base and base.cut_s and r.cut_s:
+            cut_ratio = r.cut_s / base.cut_s
+        threads = "-" if r.threads is None else f"{r.threads[0]:.0f}/{r.threads[1]}"
+        if not r.n or r.kill_paused is None:
+            kill = forgotten = "-"
         else:
-            forgotten = "never" if r.forgotten_s is None else f"{r.forgotten_s:.1f}"
+            kill = f"{r.killed}, {'YES' if r.kill_paused else 'no'}"
+            forgotten = "not within the wait" if r.forgotten_s is None else f"{r.forgotten_s:.1f}"
+        kb = None if r.out_bytes is None else r.out_bytes / 1024
         lines.append(
-            f"| {r.design} | {r.n} | {_fmt(r.attach_s, '.1f')} | {extra} | "
-            f"{_fmt(r.conns_core, '.1f')} | {_fmt(r.core_cpu, '.4f')} | {_fmt(cpu_ratio)} | "
-            f"{_fmt(r.deliveries, '.1f')} | {_fmt(r.cut_pause_s)} | {_fmt(cut_ratio)} | "
-            f"{'-' if r.kill_paused is None else ('YES' if r.kill_paused else 'no')} | "
-            f"{forgotten} |"
+            f"| {r.n} | {r.load} | {_fmt(r.attach_s, '.1f')} | {threads} | "
+            f"{_fmt(r.core_cpu, '.4f')} | {_fmt(cpu_ratio)} | {_fmt(per, '.6f')} | "
+            f"{_fmt(r.publishes, '.1f')} | {_fmt(kb, '.1f')} | {_fmt(r.deliveries, '.0f')} | "
+            f"{_fmt(r.cut_s)} | {_fmt(cut_ratio)} | {kill} | {forgotten} |"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", default="0,16,32,64", help="extra node counts, comma separated")
-    ap.add_argument("--design", default="both", choices=("ephemeral", "full", "both"))
-    ap.add_argument("--forget", type=float, default=5.0, help="forget_ephemeral_after, s")
+    ap.add_argument("--n", default="0,100,300,1000", help="executor counts, comma separated")
+    ap.add_argument("--processes", type=int, default=os.cpu_count() or 2, help="swarm processes")
+    ap.add_argument("--forget", type=float, default=10.0, help="forget_ephemeral_after, s")
     ap.add_argument("--window", type=float, default=10.0, help="idle window, s")
-    ap.add_argument("--settle", type=float, default=3.0, help="pause before measuring, s")
+    ap.add_argument("--settle", type=float, default=5.0, help="pause before measuring, s")
+    ap.add_argument("--attach-timeout", type=float, default=300.0, help="READY within, s")
+    ap.add_argument("--no-bus", action="store_true", help="no gossip (dist and monitor only)")
     args = ap.parse_args(argv)
     if not faultproxy_available():
-        print("no fault proxy (python -m rabbitry faultproxy): cannot cut links", file=sys.stderr)
+        print("no fault proxy (python -m rabbitry faultproxy)", file=sys.stderr)
         return 2
     ns = [int(x) for x in args.n.split(",")]
-    designs = ["ephemeral", "full"] if args.design == "both" else [args.design]
     rows: list[Row] = []
     root = Path(tempfile.mkdtemp(prefix="rabbitry-bench-membership-"))
     print(
         f"membership benchmark: 3 core nodes, pause_minority, net_ticktime {NET_TICKTIME} s, "
-        f"forget_ephemeral_after {args.forget} s; {_load()} at start; {os.cpu_count()} CPUs"
+        f"forget_ephemeral_after {args.forget} s, gossip {'off' if args.no_bus else 'on'}, "
+        f"swarm in {args.processes} processes; load {_load()} at start; {os.cpu_count()} CPUs"
     )
-    for design in designs:
-        for n in ns:
-            factory = ClusterFactory(root / f"{design}-{n}")
-            try:
-                row = run_one(factory, design, n, args)
-            except Exception as exc:  # a design that breaks at this N: say where, go on
-                row = Row(design, n, notes=[f"{type(exc).__name__}: {str(exc)[:200]}"])
-            finally:
-                factory.close()
-            rows.append(row)
-            print(f"  {design} N={n}: done ({_load()}) {'; '.join(row.notes)}", flush=True)
+    for n in ns:
+        where = root / f"n{n}"
+        where.mkdir()
+        factory = ClusterFactory(where)
+        try:
+            row = run_one(factory, n, args, where)
+        except Exception as exc:  # this N is out of reach here: say where, go on
+            row = Row(n, load=_load(), notes=[f"{type(exc).__name__}: {str(exc)[:300]}"])
+        finally:
+            factory.close()
+        rows.append(row)
+        print(f"  N={n}: done (load {_load()}) {'; '.join(row.notes)}", flush=True)
     print()
     print(table(rows, args.forget))
+    if not args.no_bus:
+        print(_fit(rows))
     for r in rows:
         for note in r.notes:
-            print(f"note {r.design} N={r.n}: {note}")
-    print(f"\n{_load()} at the end")
+            print(f"note N={r.n}: {' '.join(note.split())}")
+    print(f"\nload {_load()} at the end")
     return 0
 
 

@@ -335,7 +335,10 @@ class NodeMonitorCore:
                     return self._dropped_once(
                         sender, "a core message from an ephemeral member", msg
                     )
-                return self._on_ephemeral(sender, msg, now) + self._settle(now)
+                # No decision pass (_settle): an ephemeral member never counts, so nothing it
+                # says can change a core decision, and with N executors each keepalive would
+                # otherwise cost a whole-cluster pass on every core node (issue 26).
+                return self._on_ephemeral(sender, msg, now)
             if msg.get("role") == ROLE_EPHEMERAL:
                 return self._misnamed(sender)
         joining = t == "joined_cluster" and msg["node"] == sender

@@ -33,12 +33,14 @@ Decisions worth knowing before reading the code:
 - It never writes the cluster files: it has no membership of its own to keep. Leaving (or a
   graceful stop) tells the core, which forgets it at once; otherwise the core forgets it
   `forget_ephemeral_after` seconds after its links went.
-- Cut off from every core member it keeps trying each ping round, and says so in its log once
+- Cut off from every core member it keeps trying each ping round (1 s, jittered by half either
+  way, doubling to 4 s while it reaches no core member), and says so in its log once
   per back-off step (1, 2, 4 ... 60 s, monitors/retry_log.py), not each round.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from monitors.effects import Connect, Effect, Log, Send
@@ -52,6 +54,7 @@ from monitors.retry_log import RetryBackoff
 
 TIMER_PING = "ping_core"
 TIMER_KEEPALIVE = "keepalive"
+PING_BACKOFF_MAX = 4.0  # cut off from the whole core: ping rounds at most 4x apart
 ALONE_LOG_MAX = 60.0  # the longest back-off between two "cannot reach the core" lines
 
 ROLE_CORE = "core"
@@ -121,6 +124,8 @@ class EphemeralMonitorCore:
         # "cannot reach the core": once per back-off step, as the dist connect loop logs
         self._alone = RetryBackoff(max_step=ALONE_LOG_MAX)
         self._alone_checked: float | None = None
+        self._ping_rounds = 0  # ping rounds in a row that reached no core member (back-off)
+        self._ping_seq = 0  # ping rounds armed: the jitter's seed
 
     # ======================================================================= queries
 
@@ -452,11 +457,29 @@ class EphemeralMonitorCore:
         ]
 
     def _ensure_timers(self) -> list[Effect]:
+        ping = self._started and bool(self._down_core())
         wanted = {
-            TIMER_PING: (self._started and bool(self._down_core()), self.down_ping_interval),
+            # the delay is drawn only when the timer is armed (once per ping round)
+            TIMER_PING: (
+                ping,
+                self._ping_after() if ping and TIMER_PING not in self._timers else 0,
+            ),
             TIMER_KEEPALIVE: (self._started, self.keepalive_interval),
         }
         return decision.sync_timers(self._timers, wanted)
+
+    def _ping_after(self) -> float:
+        """The next ping round: down_ping_interval, times a jitter in [0.5, 1.5) so that the
+        executors a core member's restart cut off all at once do not come back in step against
+        its handshake limit; while no core member is reachable, doubled each round up to 4x.
+        The jitter is a hash of the name, creation and round (a pure core draws no random)."""
+        alone = not self._reach() and not self._left
+        self._ping_rounds = self._ping_rounds + 1 if alone else 0
+        backoff = min(2.0 ** max(self._ping_rounds - 1, 0), PING_BACKOFF_MAX)
+        seed = f"{self.node}/{self.creation}/{self._ping_seq}".encode()
+        self._ping_seq += 1
+        jitter = 0.5 + zlib.crc32(seed) / 2**32
+        return self.down_ping_interval * backoff * jitter
 
     # ======================================================================= helpers
 

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rabbitry.cli.pipeline",
     "rabbitry.cli.demo",
     "rabbitry.cli.tls",
+    "rabbitry.cli.swarm",
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

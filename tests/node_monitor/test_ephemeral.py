@@ -196,3 +196,34 @@ def test_it_writes_no_cluster_file_and_leaves_politely() -> None:
     assert not of(out, SaveClusterStatus)
     assert {s.node for s in sends(out, "left_cluster")} == {A, B, C}
     assert e.paused
+
+
+def _ping_delays(e: EphemeralMonitorCore, rounds: int) -> list[float]:
+    delays = []
+    for t in range(1, rounds + 1):
+        delays += [x.after for x in e.timer("ping_core", float(t)) if isinstance(x, SetTimer)]
+    return delays
+
+
+def test_cut_off_executors_retry_with_jitter_and_back_off() -> None:
+    delays = _ping_delays(eph(), 8)
+    assert len(delays) == 8
+    assert all(0.5 <= d < 1.5 * 4.0 for d in delays)
+    assert max(delays[3:]) >= 2.0  # backs off while alone, to 4x at most
+    # two executors cut off at the same instant do not retry in step
+    other = EphemeralMonitorCore(Y, CREATION[Y], [A, B, C], PartitionHandling())
+    other.start(0.0)
+    assert _ping_delays(other, 8) != delays
+
+
+def test_a_message_from_an_ephemeral_member_runs_no_decision_pass() -> None:
+    c, _ = attached()
+
+    def no_pass(now: float) -> list:
+        raise AssertionError("a whole-cluster decision pass for an ephemeral member's message")
+
+    c._settle = no_pass  # type: ignore[method-assign]
+    out = c.receive(X, eph_record(t="keepalive"), 5.0)
+    assert not of(out, PauseApp) and c.status()["ephemeral"] == [X]
+    c.receive(X, {"t": "left_cluster", "c": CREATION[X], "node": X, "role": "ephemeral"}, 6.0)
+    assert c.ephemeral_members() == ([], [])

@@ -35,3 +35,12 @@ def test_the_generator_covers_churn_and_core_faults() -> None:
     assert any(s.gone for s in schedules) and any(not s.core_faults for s in schedules)
     assert any(s.core_faults for s in schedules)
     assert any(len(set(dict(s.seeds)[e])) < len(s.core) for s in schedules for e in s.ephemeral)
+
+
+@pytest.mark.slow
+def test_two_hundred_executors_on_a_core_of_three() -> None:
+    """Scale (issue 26): 200 ephemeral members with churn against 3 core nodes, one schedule
+    (about 25 s of CPU; `RABBITRY_SIM_EPHEMERAL_MANY=N` runs N seeds)."""
+    for seed in range(int(os.environ.get("RABBITRY_SIM_EPHEMERAL_MANY", "1"))):
+        r = run_schedule(generate(seed, "pause_minority", n_core=3, n_eph=200))
+        assert r.ok, r.report()
