@@ -38,6 +38,17 @@ from typing import Any
 from monitors.effects import CancelTimer, Effect, Log, Send, SetTimer
 from monitors.node_monitor.partitions import all_partitions, autoheal_winner
 
+# the messages Autoheal.handle takes (the core routes each of them here)
+MESSAGE_TYPES = (
+    "request_start",
+    "autoheal_status_request",
+    "autoheal_status",
+    "become_winner",
+    "winner_is",
+    "autoheal_safe_to_start",
+    "autoheal_finished",
+    "report_autoheal_status",
+)
 TIMER_COLLECT = "autoheal_collect"
 TIMER_RESTART = "autoheal_restart"
 TIMER_WINNER = "autoheal_winner"
