@@ -275,7 +275,7 @@ class Autoheal:
             return [self._log("request received but we are not the leader", node=sender)]
         if self.healing:
             return [self._log("request received when healing; ignoring", node=sender)]
-        out = [self._log("request received", node=sender)]
+        out: list[Effect] = [self._log("request received", node=sender)]
         down = [n for n in ctx.members if n != ctx.node and n not in ctx.connected]
         if down:
             return [*out, self._log("request denied: nodes down", nodes=down)]

@@ -5,6 +5,19 @@ node_monitor/effects.py); the actor shell or the simulator performs them. See
 docs/node_monitor.md for the behaviour per mode and the message table, and docs/cores.md for
 the interface.
 
+NodeMonitorCore is the one entry point, over parts in their own modules that share one state
+object (the facade is a MonitorState and hands itself to each part) and otherwise call each
+other only through the methods named here. A part only uses the parts above it:
+
+    state.py      MonitorState: members, connections, GUIDs, timers; messages, records, files
+    partial.py    Partials: check_partial_partition, cuts, heal settling, views, the parts
+    members.py    EphemeralMembers: ephemeral members attaching, told, forgotten
+    autoheal.py   Autoheal: rabbit_autoheal's state machine
+    decision.py   pause and resume effects, timer bookkeeping
+
+This module routes (an explicit table: message type -> handler; a type with no handler is
+logged and dropped) and decides (`_settle`, `_mode_pause`, `_decide`) after every event.
+
 Decisions worth knowing before reading the code:
 - Liveness is the dist connection (RabbitMQ: `nodes()`), not the application: a paused node is
   still "up", "else we would go down and never come back" (rabbit_node_monitor).
@@ -27,7 +40,7 @@ Decisions worth knowing before reading the code:
   was still waiting. The rule, asymmetric on purpose:
   * a paused node resumes only into a fully-connected part that may run (its part of
     partitions.decompose), and only once it holds the current view of every peer it reaches
-    (`_resume_check`), not merely when it reaches a majority;
+    (`Partials.resume_check`), not merely when it reaches a majority;
   * a running node does not pause for a partial partition over a link that may be coming
     back: for `heal_settle` (2 ping rounds + 0.5 s) after a nodeup, the members still down
     count as linked to it, a partial_partition about them is put off and then checked
@@ -46,11 +59,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from monitors.effects import CancelTimer, Connect, Disconnect, Effect, Log
+from monitors.effects import CancelTimer, Connect, Disconnect, Log
 from monitors.node_monitor import autoheal as ah
 from monitors.node_monitor import decision
 from monitors.node_monitor.config import PartitionHandling
-from monitors.node_monitor.effects import Notify, PauseApp
+from monitors.node_monitor.effects import NodeMonitorEffect, Notify, PauseApp
 from monitors.node_monitor.ephemeral import ROLE_CORE, ROLE_EPHEMERAL
 from monitors.node_monitor.members import EphemeralMembers
 from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
@@ -68,7 +81,6 @@ from monitors.node_monitor.state import (
     MonitorState,
 )
 from monitors.node_monitor.status import ClusterStatus
-from monitors.node_monitor.views import View, view_from_wire
 
 __all__ = [
     "CUT_TIMER",
@@ -82,7 +94,7 @@ __all__ = [
     "NodeMonitorCore",
 ]
 
-Handler = Callable[[str, dict[str, Any], float], list[Effect]]
+Handler = Callable[[str, dict[str, Any], float], list[NodeMonitorEffect]]
 
 
 class NodeMonitorCore(MonitorState):
@@ -129,7 +141,9 @@ class NodeMonitorCore(MonitorState):
         return sorted(set(self._eph) - set(self._eph_down)), sorted(self._eph_down)
 
     def cluster_status(self) -> ClusterStatus:
-        return ClusterStatus(all=self._all, disc=self._disc, running=self._running)
+        return ClusterStatus(
+            all=tuple(self._all), disc=tuple(self._disc), running=tuple(self._running)
+        )
 
     def partition_modes(self) -> dict[str, Any]:
         """The partition_handling each core member's records said (ours included): members
@@ -138,7 +152,7 @@ class NodeMonitorCore(MonitorState):
         modes = {n: mode for n, mode in self._modes.items() if n in self._all}
         return {self.node: self.config.to_config(), **modes}
 
-    def _see_mode(self, sender: str, mode: Any) -> list[Effect]:
+    def _see_mode(self, sender: str, mode: Any) -> list[NodeMonitorEffect]:
         if mode is None or self._modes.get(sender) == mode:
             return []
         self._modes[sender] = mode
@@ -155,36 +169,18 @@ class NodeMonitorCore(MonitorState):
         ]
 
     def role_conflict(self, node: str, role: str) -> str:
-        """Why `node` may not connect as `role` ("" if it may): roles are facts. A name our
-        cluster files hold as core cannot attach as ephemeral (it would count as that core
-        member being up: split brain under pause_minority), and an ephemeral member we know
-        cannot come back as core, until the name is forgotten. The dist layer refuses the
-        handshake with this text, and the refused process exits 2 printing it."""
-        if node == self.node:
-            return ""
-        if role == ROLE_EPHEMERAL and node in self._all:
-            return (
-                f"{node} is a core member of the cluster (in {self.node}'s cluster files), so "
-                f"it cannot attach as ephemeral; run `rabbitry cluster forget {node}` on a core "
-                "member first, or start it with role: core"
-            )
-        if role == ROLE_CORE and node in self._eph and node not in self._all:
-            return (
-                f"{node} is an ephemeral member of the cluster (known to {self.node}), so it "
-                f"cannot join as core until it is forgotten: `rabbitry cluster forget {node}` "
-                f"on a core member, or {self.forget_ephemeral_after:g} s after it went down"
-            )
-        return ""
+        """Why `node` may not connect as `role` ("" if it may): see members.py."""
+        return self.members.role_conflict(node, role)
 
     # ======================================================================= events
 
-    def start(self, now: float) -> list[Effect]:
+    def start(self, now: float) -> list[NodeMonitorEffect]:
         """Boot: persist, connect to every member, arm the keepalive (notify_node_up follows
         on each nodeup)."""
         if self._started:
             return [Log.warning("node monitor: start called twice; ignored")]
         self._started = True
-        out: list[Effect] = [
+        out: list[NodeMonitorEffect] = [
             Log.info(
                 "node monitor started",
                 node=self.node,
@@ -205,11 +201,11 @@ class NodeMonitorCore(MonitorState):
             out.append(PauseApp("held at boot until the partition mode allows it to run"))
         return out + self._settle(now)
 
-    def nodeup(self, node: str, creation: int, now: float) -> list[Effect]:
+    def nodeup(self, node: str, creation: int, now: float) -> list[NodeMonitorEffect]:
         """dist: a connection to `node` came up (net_kernel {nodeup, Node})."""
         if node == self.node:
             return []
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         prev = self._up.get(node)
         if prev is not None and prev != creation:
             # a new incarnation without a nodedown in between: the old one is gone
@@ -235,12 +231,12 @@ class NodeMonitorCore(MonitorState):
         out.append(self._send(node, "view", views=self._views.wire()))
         return out + self._settle(now)
 
-    def nodedown(self, node: str, reason: str, now: float) -> list[Effect]:
+    def nodedown(self, node: str, reason: str, now: float) -> list[NodeMonitorEffect]:
         """dist: the connection to `node` went (net_kernel {nodedown, Node, [{nodedown_reason, R}]})."""
         if node == self.node or node not in self._up:
             return []
         del self._up[node]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if CUT_TIMER + node in self._timers:
             self._timers.discard(CUT_TIMER + node)
             out.append(CancelTimer(CUT_TIMER + node))
@@ -252,7 +248,7 @@ class NodeMonitorCore(MonitorState):
         out += self._gone(node)
         return out + self._settle(now)
 
-    def receive(self, sender: str, msg: Any, now: float) -> list[Effect]:
+    def receive(self, sender: str, msg: Any, now: float) -> list[NodeMonitorEffect]:
         """A message for NodeMonitorCore.NAME from the monitor on `sender`."""
         bad = problem(msg)
         if bad:
@@ -274,7 +270,7 @@ class NodeMonitorCore(MonitorState):
             return [
                 Log.warning("node monitor: dropped a message from a non-member", sender=sender, t=t)
             ]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         c = msg.get("c")
         if c is not None and sender in self._guids and c != self._guids[sender]:
             if t not in ("node_up", "announce", "joined_cluster"):
@@ -294,14 +290,14 @@ class NodeMonitorCore(MonitorState):
         out += handler(sender, msg, now)
         return out + self._settle(now)
 
-    def timer(self, key: str, now: float, data: Any = None) -> list[Effect]:
+    def timer(self, key: str, now: float, data: Any = None) -> list[NodeMonitorEffect]:
         """A SetTimer fired."""
         if key in (ah.TIMER_COLLECT, ah.TIMER_RESTART, ah.TIMER_WINNER):
             return self.autoheal.timer(key, self._ctx()) + self._settle(now)
         if key not in self._timers:
             return []  # cancelled, or fired twice: nothing to do
         self._timers.discard(key)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if key.startswith(FORGET_TIMER):
             return self.members.forget_ephemeral(key[len(FORGET_TIMER) :], "down too long", now)
         if key.startswith(CUT_TIMER):
@@ -335,11 +331,11 @@ class NodeMonitorCore(MonitorState):
             out.append(Log.info("start-up grace over: partition handling applies in full"))
         return out + self._settle(now)
 
-    def app_stopped(self, now: float) -> list[Effect]:
+    def app_stopped(self, now: float) -> list[NodeMonitorEffect]:
         """The shell finished a PauseApp: the application tree is down."""
         self._app = "stopped"
         self._running.discard(self.node)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         # Our application state will resync from the others when it starts again, so nothing
         # diverged with us from here on: forget partitions and who we saw down.
         if self._partitions:
@@ -355,7 +351,7 @@ class NodeMonitorCore(MonitorState):
         out += self._broadcast("app_down")
         return out + self._settle(now)
 
-    def app_started(self, now: float) -> list[Effect]:
+    def app_started(self, now: float) -> list[NodeMonitorEffect]:
         """The shell finished a ResumeApp: the application tree runs again (notify_node_up)."""
         self._app = "running"
         self._running.add(self.node)
@@ -369,10 +365,10 @@ class NodeMonitorCore(MonitorState):
         """Autoheal weight of this node (by default its running application processes)."""
         self._weight = max(0, int(n))
 
-    def joined_cluster(self, node: str, disc: bool, now: float) -> list[Effect]:
+    def joined_cluster(self, node: str, disc: bool, now: float) -> list[NodeMonitorEffect]:
         """`node` joined the cluster. Called on the joining node itself (node == this node) it
         tells the members, as rabbit_node_monitor:notify_joined_cluster does."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if node == self.node:
             self._set_disc(node, disc)
             out += self._broadcast("joined_cluster", node=node, disc=disc)
@@ -380,7 +376,7 @@ class NodeMonitorCore(MonitorState):
             out += self._add_member(node, disc)
         return out + self._save() + self._settle(now)
 
-    def left_cluster(self, node: str, now: float) -> list[Effect]:
+    def left_cluster(self, node: str, now: float) -> list[NodeMonitorEffect]:
         """`node` left (or was forgotten); the members are told (notify_left_cluster). Called
         for this node itself, it resets to a cluster of one, as RabbitMQ's reset does."""
         out = self._broadcast("left_cluster", node=node, skip=node)
@@ -396,7 +392,7 @@ class NodeMonitorCore(MonitorState):
             out += self._broadcast("ephemeral_left", node=node, creation=creation)
         return out + self._save() + self._settle(now)
 
-    def set_alarm(self, resource: str, active: bool, now: float) -> list[Effect]:
+    def set_alarm(self, resource: str, active: bool, now: float) -> list[NodeMonitorEffect]:
         """Raise or clear a resource alarm of this node; peers are told the full set."""
         if not isinstance(resource, str) or not 0 < len(resource) <= MAX_NAME:
             return [Log.warning("set_alarm: bad resource name", resource=repr(resource)[:80])]
@@ -411,7 +407,9 @@ class NodeMonitorCore(MonitorState):
             mine.discard(resource)
         self._alarms[self.node] = frozenset(mine)
         log = Log.warning if active else Log.info
-        out: list[Effect] = [log("alarm " + ("set" if active else "cleared"), resource=resource)]
+        out: list[NodeMonitorEffect] = [
+            log("alarm " + ("set" if active else "cleared"), resource=resource)
+        ]
         return out + self._broadcast("alarm", resources=sorted(mine))
 
     def _routing_table(self) -> dict[str, Handler]:
@@ -425,7 +423,7 @@ class NodeMonitorCore(MonitorState):
             "left_cluster": self._on_left_cluster,
             "keepalive": self._on_keepalive,
             "alarm": self._on_alarm,
-            "view": self._on_view,
+            "view": self.partials.on_view,
             "check_partial_partition": self.partials.on_check_partial_partition,
             "creation_query": self.partials.on_creation_query,
             "creation_reply": self.partials.on_creation_reply,
@@ -439,20 +437,20 @@ class NodeMonitorCore(MonitorState):
 
     # ======================================================================= messages
 
-    def _on_node_up(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_node_up(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         return self._peer(sender, m, reply=True)
 
-    def _on_announce(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_announce(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         return self._peer(sender, m, reply=False)
 
-    def _peer(self, sender: str, m: dict[str, Any], reply: bool) -> list[Effect]:
+    def _peer(self, sender: str, m: dict[str, Any], reply: bool) -> list[NodeMonitorEffect]:
         """node_up / announce (RabbitMQ's node_up and announce_guid): the peer's creation, disc
         flag, whether its application runs, its alarms, and whom it saw go down."""
         if m["node"] != sender:
             return [
                 Log.warning("node monitor: dropped a node_up naming another node", sender=sender)
             ]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         old = self._guids.get(sender)
         if old is not None and old != m["creation"]:
             out += self._forget_incarnation(sender)
@@ -488,9 +486,9 @@ class NodeMonitorCore(MonitorState):
             self._want_autoheal = True
         return out + self._save()
 
-    def _on_app_down(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_app_down(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         """The peer's application stopped (RabbitMQ: 'DOWN' of {rabbit, Node})."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if sender in self._running:
             self._running.discard(sender)
             out += [
@@ -502,13 +500,17 @@ class NodeMonitorCore(MonitorState):
         out += self.autoheal.rabbit_down(sender, self._ctx())
         return out + self._save()
 
-    def _on_joined_cluster(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_joined_cluster(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[NodeMonitorEffect]:
         node = m["node"]
         if node == self.node:
             return []
         return self._add_member(node, m["disc"]) + self._save()
 
-    def _on_left_cluster(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_left_cluster(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[NodeMonitorEffect]:
         node = m["node"]
         if node == self.node:
             return [
@@ -522,56 +524,23 @@ class NodeMonitorCore(MonitorState):
             return []
         return self._remove_member(node) + self._save()
 
-    def _on_keepalive(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_keepalive(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         # Missed keepalives never mark a node down; only dist ticks do. What it carries is
         # taken as node_up and view would be (anti-entropy), without a reply.
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if "node" in m:
             out += self._peer(sender, m, reply=False)
         if "views" in m:
-            out += self._on_view(sender, m, now)
+            out += self.partials.on_view(sender, m, now)
         return out
 
-    def _on_alarm(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_alarm(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         self._set_alarms(sender, m["resources"])
         return []
 
-    def _on_view(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        entries: dict[str, View] = {}
-        for origin, raw in m["views"].items():
-            view = view_from_wire(raw)
-            if (
-                view is None
-                or not isinstance(origin, str)
-                or not 0 < len(origin) <= MAX_NAME
-                or len(view.seen) > MAX_LIST
-            ):
-                return [
-                    Log.warning(
-                        "node monitor: dropped a malformed view",
-                        sender=sender,
-                        origin=str(origin)[:80],
-                    )
-                ]
-            entries[origin] = view
-        current = {n: self._guids[n] for n in self._up if n in self._guids}
-        changed, bumped = self._views.merge(sender, entries, self._all, current)
-        if sender in entries and sender in self._up:
-            self._fresh.add(sender)
-        out: list[Effect] = []
-        if changed:
-            relay = self._views.wire(changed)
-            out += [
-                self._send(n, "view", views=relay) for n in sorted(self._connected() - {sender})
-            ]
-        if bumped:
-            own = self._views.wire({self.node: self._views.own})
-            out += [self._send(n, "view", views=own) for n in sorted(self._connected())]
-        return out
-
-    def _on_autoheal(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_autoheal(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         holding = self.autoheal.holds_app
-        out = self.autoheal.handle(sender, m, self._ctx())
+        out: list[NodeMonitorEffect] = [*self.autoheal.handle(sender, m, self._ctx())]
         if not holding and self.autoheal.holds_app and self._app == "stopped":
             # Already stopped (paused by the mode): the winner must not wait for a stop.
             out.append(self._send(self.autoheal.winner or sender, "app_down"))
@@ -579,7 +548,7 @@ class NodeMonitorCore(MonitorState):
 
     # ======================================================================= the decision
 
-    def _settle(self, now: float) -> list[Effect]:
+    def _settle(self, now: float) -> list[NodeMonitorEffect]:
         """Bring everything that derives from the state up to date, after every event."""
         self._now = now
         out = self._refresh_view()
@@ -598,7 +567,7 @@ class NodeMonitorCore(MonitorState):
         out += self.members.tell_ephemerals()
         return out + self._ensure_timers()
 
-    def _refresh_view(self, skip: str | None = None) -> list[Effect]:
+    def _refresh_view(self, skip: str | None = None) -> list[NodeMonitorEffect]:
         seen = self._connected() | {self.node}
         if not self._views.set_own(seen, self._paused, self._cut):
             return []
@@ -624,7 +593,7 @@ class NodeMonitorCore(MonitorState):
                 )
             return True, "pause_if_all_down: none of the preferred nodes is reachable"
         if self._paused:
-            stay, why = self._resume_check()
+            stay, why = self.partials.resume_check()
             if stay or not self._connected():  # alone: no views in flight to wait for
                 return stay, why
             since = self._now if held is None else held
@@ -652,30 +621,9 @@ class NodeMonitorCore(MonitorState):
             )
         return True, "pause_if_all_down: partial partition; no preferred node in this node's part"
 
-    def _resume_check(self) -> tuple[bool, str]:
-        """A paused node resumes once (issue 15): only when it has the current view of every
-        member it reaches, and its part of partitions.decompose may run: a strict majority
-        that is fully connected (or one holding a preferred node), not merely a majority it
-        reaches. While a heal brings links back one at a time, a node that reaches a majority
-        through one peer is still in a partial partition, and resuming there meant pausing
-        again a ping round later, when the check confirmed it (or pausing a running node on
-        the other side of the missing link). The running nodes form a clique, so the part
-        that wins holds all of them and only grows as links return: nobody running pauses,
-        and each paused node resumes once, when its last link to that part is back."""
-        waiting = sorted(self._connected() - self._fresh)
-        if waiting:
-            return True, f"resuming waits for the current views of {waiting}"
-        mine = part_of(self.node, self.partials.parts())
-        if self.partials.part_runs(mine):
-            return False, ""
-        return True, (
-            f"resuming waits for a full connection to a part that may run; this node's "
-            f"fully-connected part is {sorted(mine)}"
-        )
-
-    def _decide(self) -> list[Effect]:
+    def _decide(self) -> list[NodeMonitorEffect]:
         """Pause or resume from the current state alone; nothing in flight can block it."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         pause, why = self._mode_pause()
         if self._booting:
             if pause:
@@ -699,16 +647,16 @@ class NodeMonitorCore(MonitorState):
             )
         return out + told
 
-    def _maybe_autoheal(self) -> list[Effect]:
+    def _maybe_autoheal(self) -> list[NodeMonitorEffect]:
         """rabbit_node_monitor:maybe_autoheal: only once every member is connected (and has
         told us, by node_up, whether it saw us down: else the partitions are not all known)."""
         if not (self.config.autoheal and self._partitions):
             return []
         if self._others() - (set(self._up) & self._greeted):
             return []
-        return self.autoheal.maybe_start(self._ctx())
+        return [*self.autoheal.maybe_start(self._ctx())]
 
-    def _clear_stale_partitions(self) -> list[Effect]:
+    def _clear_stale_partitions(self) -> list[NodeMonitorEffect]:
         """RabbitMQ #17319: in the pause modes (not recovering by autoheal), once every member
         is up and fully connected, recorded partitions are stale: the losing side paused."""
         if not self._partitions or not self.config.pauses or self.config.autoheal:
@@ -723,8 +671,8 @@ class NodeMonitorCore(MonitorState):
             )
         ]
 
-    def _ensure_timers(self) -> list[Effect]:
-        out: list[Effect] = []
+    def _ensure_timers(self) -> list[NodeMonitorEffect]:
+        out: list[NodeMonitorEffect] = []
         down = self._others() - set(self._up) - self._cut
         wanted = {
             TIMER_PING: (bool(down), self.down_ping_interval),

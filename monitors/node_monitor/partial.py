@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitors.effects import Connect, Disconnect, Effect, Log, SetTimer
-from monitors.node_monitor.effects import Notify
+from monitors.effects import Connect, Disconnect, Log, SetTimer
+from monitors.node_monitor.effects import NodeMonitorEffect, Notify
+from monitors.node_monitor.messages import MAX_LIST, MAX_NAME
 from monitors.node_monitor.partitions import decompose, majority, part_of
 from monitors.node_monitor.state import CUT_TIMER, TIMER_HEAL_SETTLE, MonitorState
+from monitors.node_monitor.views import View, view_from_wire
 
 
 class Partials:
@@ -26,7 +28,7 @@ class Partials:
 
     def on_check_partial_partition(
         self, sender: str, m: dict[str, Any], now: float
-    ) -> list[Effect]:
+    ) -> list[NodeMonitorEffect]:
         """We are the checker: does the node `sender` saw down still look up to us, and is it
         the same incarnation? Ask it for its creation (RabbitMQ's rpc of system_info(creation))."""
         node = m["node"]
@@ -50,12 +52,16 @@ class Partials:
         self.st._queried.add(node)
         return [self.st._send(node, "creation_query")]
 
-    def on_creation_query(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_creation_query(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[NodeMonitorEffect]:
         return [self.st._send(sender, "creation_reply", creation=self.st.creation)]
 
-    def on_creation_reply(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_creation_reply(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[NodeMonitorEffect]:
         self.st._queried.discard(sender)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         for reporter, (node_c, reporter_c) in sorted(self.st._checks.pop(sender, {}).items()):
             if m["creation"] != node_c or reporter not in self.st._up:
                 continue
@@ -83,7 +89,9 @@ class Partials:
             out += self.resolve_partial()
         return out
 
-    def on_partial_partition(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def on_partial_partition(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[NodeMonitorEffect]:
         node = m["node"]
         if m["proxy"] != sender:
             return [
@@ -112,7 +120,7 @@ class Partials:
                 ),
                 *self.arm_settle_timer(now),
             ]
-        out: list[Effect] = [
+        out: list[NodeMonitorEffect] = [
             Log.warning(
                 "Partial partition detected: we saw DOWN from the node; we can still see the "
                 "proxy, which can see it",
@@ -126,7 +134,7 @@ class Partials:
 
     def on_partial_partition_disconnect(
         self, sender: str, m: dict[str, Any], now: float
-    ) -> list[Effect]:
+    ) -> list[NodeMonitorEffect]:
         if m["node"] != sender:
             return [
                 Log.warning(
@@ -143,7 +151,7 @@ class Partials:
             Disconnect(sender, self.st.disconnect_ban),
         ]
 
-    def check_partial_partition(self, node: str) -> list[Effect]:
+    def check_partial_partition(self, node: str) -> list[NodeMonitorEffect]:
         """Ask every other connected member whose creation we know whether `node` is really
         down (RabbitMQ sends to the running ones; our paused monitors still answer)."""
         node_c = self.st._guids.get(node)
@@ -151,7 +159,7 @@ class Partials:
             node_c = self.st._views.others[node].creation  # never connected: gossip knows it
         if node_c is None:
             return []
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         for checker in sorted(self.st._connected() - {node}):
             checker_c = self.st._guids.get(checker)
             if checker_c is None:
@@ -169,7 +177,7 @@ class Partials:
             )
         return out
 
-    def recheck_down(self, down: list[str]) -> list[Effect]:
+    def recheck_down(self, down: list[str]) -> list[NodeMonitorEffect]:
         """A member that stays down for us while a peer we see can see it is a partial
         partition no nodedown will ever report (it began while we were cut off from everyone,
         or before we booted, or while the link was still down from an earlier fault). RabbitMQ
@@ -180,7 +188,7 @@ class Partials:
         round, every 30th: while a partition heals, links come back one by one (after
         reconnect bans), and those gaps must not be cut."""
         parts = self.parts() if self.st.config.pauses else []
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         for n in down:
             ticks = self.st._down_ticks[n] = self.st._down_ticks.get(n, 0) + 1
             pauses = bool(parts) and not (
@@ -206,7 +214,7 @@ class Partials:
         del self.st._settling[node]
         return False
 
-    def arm_settle_timer(self, now: float) -> list[Effect]:
+    def arm_settle_timer(self, now: float) -> list[NodeMonitorEffect]:
         """Fire when the earliest settle time is over: the decision is made again without
         it, and a put-off partial partition is checked afresh."""
         due = [until for until in self.st._settling.values() if until > now]
@@ -215,10 +223,10 @@ class Partials:
         self.st._timers.add(TIMER_HEAL_SETTLE)
         return [SetTimer(TIMER_HEAL_SETTLE, max(min(due) - now, 0.0) + 1e-3)]
 
-    def settled(self, now: float) -> list[Effect]:
+    def settled(self, now: float) -> list[NodeMonitorEffect]:
         """The settle time of some put-off partial partitions is over: the members still down
         are checked afresh (RabbitMQ's check_partial_partition, with today's picture)."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         for n in sorted(self.st._deferred):
             if self.is_settling(n, now):
                 continue
@@ -265,17 +273,17 @@ class Partials:
         mine, theirs = part_of(self.st.node, parts), part_of(node, parts)
         return node not in mine and self.part_runs(mine) and self.part_runs(theirs)
 
-    def resolve_partial(self) -> list[Effect]:
+    def resolve_partial(self) -> list[NodeMonitorEffect]:
         """A partial partition is confirmed: make it a full one along the parts every node
         computes alike (RabbitMQ: upgrade_to_full_partition from the proxy, on both sides)."""
         parts = self.parts(physical=True)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         for n in sorted(self.st._connected()):
             if self.should_cut(n, parts):
                 out += self.cut_link(n)
         return out
 
-    def cut_link(self, n: str) -> list[Effect]:
+    def cut_link(self, n: str) -> list[NodeMonitorEffect]:
         """upgrade_to_full_partition for one link: tell the peer, which disconnects at once,
         and disconnect ourselves `disconnect_delay` later if it has not. (RabbitMQ disconnects
         right after the cast, so the peer may never hear why, reconnect after the ban and be
@@ -283,7 +291,7 @@ class Partials:
         pings) until `_review_cuts` finds the fault gone."""
         self.st._cut.add(n)
         self.st._cutting.add(n)
-        out: list[Effect] = [
+        out: list[NodeMonitorEffect] = [
             Log.warning("upgrading the partial partition to a full one: disconnecting", node=n),
             self.st._send(n, "partial_partition_disconnect", node=self.st.node),
         ]
@@ -295,7 +303,7 @@ class Partials:
             out.append(SetTimer(key, self.st.disconnect_delay))
         return out
 
-    def review_cuts(self) -> list[Effect]:
+    def review_cuts(self) -> list[NodeMonitorEffect]:
         """Reconnect a cut link once it would no longer be cut if it were up: the fault that
         made it cross two parts has healed. Until then it is not pinged, so it does not flap."""
         self.st._cut &= self.st._others()
@@ -305,7 +313,7 @@ class Partials:
         if not (idle or back):
             return []
         parts = self.parts(assume=idle | back, physical=True)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         for n in sorted(idle | back):
             if self.should_cut(n, parts):
                 if n in back:
@@ -316,3 +324,58 @@ class Partials:
                 if n in idle:
                     out.append(Connect(n))
         return out
+
+    def on_view(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
+        entries: dict[str, View] = {}
+        for origin, raw in m["views"].items():
+            view = view_from_wire(raw)
+            if (
+                view is None
+                or not isinstance(origin, str)
+                or not 0 < len(origin) <= MAX_NAME
+                or len(view.seen) > MAX_LIST
+            ):
+                return [
+                    Log.warning(
+                        "node monitor: dropped a malformed view",
+                        sender=sender,
+                        origin=str(origin)[:80],
+                    )
+                ]
+            entries[origin] = view
+        current = {n: self.st._guids[n] for n in self.st._up if n in self.st._guids}
+        changed, bumped = self.st._views.merge(sender, entries, self.st._all, current)
+        if sender in entries and sender in self.st._up:
+            self.st._fresh.add(sender)
+        out: list[NodeMonitorEffect] = []
+        if changed:
+            relay = self.st._views.wire(changed)
+            out += [
+                self.st._send(n, "view", views=relay)
+                for n in sorted(self.st._connected() - {sender})
+            ]
+        if bumped:
+            own = self.st._views.wire({self.st.node: self.st._views.own})
+            out += [self.st._send(n, "view", views=own) for n in sorted(self.st._connected())]
+        return out
+
+    def resume_check(self) -> tuple[bool, str]:
+        """A paused node resumes once (issue 15): only when it has the current view of every
+        member it reaches, and its part of partitions.decompose may run: a strict majority
+        that is fully connected (or one holding a preferred node), not merely a majority it
+        reaches. While a heal brings links back one at a time, a node that reaches a majority
+        through one peer is still in a partial partition, and resuming there meant pausing
+        again a ping round later, when the check confirmed it (or pausing a running node on
+        the other side of the missing link). The running nodes form a clique, so the part
+        that wins holds all of them and only grows as links return: nobody running pauses,
+        and each paused node resumes once, when its last link to that part is back."""
+        waiting = sorted(self.st._connected() - self.st._fresh)
+        if waiting:
+            return True, f"resuming waits for the current views of {waiting}"
+        mine = part_of(self.st.node, self.parts())
+        if self.part_runs(mine):
+            return False, ""
+        return True, (
+            f"resuming waits for a full connection to a part that may run; this node's "
+            f"fully-connected part is {sorted(mine)}"
+        )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitors.effects import Connect, Effect, Log, Send
+from monitors.effects import Connect, Log, Send
 from monitors.node_monitor import autoheal as ah
 from monitors.node_monitor.config import PartitionHandling
-from monitors.node_monitor.effects import Notify, SaveClusterStatus
+from monitors.node_monitor.effects import NodeMonitorEffect, Notify, SaveClusterStatus
 from monitors.node_monitor.ephemeral import ROLE_CORE
 from monitors.node_monitor.status import ClusterStatus
 from monitors.node_monitor.views import ViewTable
@@ -144,7 +144,7 @@ class MonitorState:
     def _send(self, to: str, t: str, **fields: Any) -> Send:
         return Send(to, self.NAME, self._msg(t, **fields))
 
-    def _broadcast(self, t: str, skip: str | None = None, **fields: Any) -> list[Effect]:
+    def _broadcast(self, t: str, skip: str | None = None, **fields: Any) -> list[NodeMonitorEffect]:
         return [self._send(n, t, **fields) for n in sorted(self._connected()) if n != skip]
 
     def _peer_record(self, peer: str) -> dict[str, Any]:
@@ -181,20 +181,20 @@ class MonitorState:
         else:
             self._alarms.pop(node, None)
 
-    def _save(self) -> list[Effect]:
+    def _save(self) -> list[NodeMonitorEffect]:
         now = (tuple(sorted(self._all)), tuple(sorted(self._disc)), tuple(sorted(self._running)))
         if now == self._saved:
             return []
         self._saved = now
         return [SaveClusterStatus(*now)]
 
-    def _add_member(self, node: str, disc: bool) -> list[Effect]:
+    def _add_member(self, node: str, disc: bool) -> list[NodeMonitorEffect]:
         new = node not in self._all
         self._all.add(node)
         self._set_disc(node, disc)
         if not new:
             return []
-        out: list[Effect] = [Log.info("node joined the cluster", node=node, disc=disc)]
+        out: list[NodeMonitorEffect] = [Log.info("node joined the cluster", node=node, disc=disc)]
         if node in self._up:  # tell it we run; its announce tells us whether it does
             out.append(self._send(node, "node_up", **self._peer_record(node)))
             out.append(self._send(node, "view", views=self._views.wire()))
@@ -202,8 +202,8 @@ class MonitorState:
             out.append(Connect(node))
         return out
 
-    def _remove_member(self, node: str) -> list[Effect]:
-        out: list[Effect] = [Log.info("node left the cluster", node=node)]
+    def _remove_member(self, node: str) -> list[NodeMonitorEffect]:
+        out: list[NodeMonitorEffect] = [Log.info("node left the cluster", node=node)]
         out += self._gone(node, record=False)
         for s in (self._all, self._disc, self._running, self._partitions, self._cut):
             s.discard(node)
@@ -213,9 +213,9 @@ class MonitorState:
         self._deferred.discard(node)
         return out
 
-    def _gone(self, node: str, record: bool = True) -> list[Effect]:
+    def _gone(self, node: str, record: bool = True) -> list[NodeMonitorEffect]:
         """`node` is no longer reachable: RabbitMQ's handle_dead_rabbit and handle_dead_node."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if record and self._app != "stopped" and node in self._guids:
             self._down_seen[node] = self._guids[node]
         self._greeted.discard(node)
@@ -232,7 +232,7 @@ class MonitorState:
         out += self.autoheal.node_down(node, self._ctx())
         return out + self._save()
 
-    def _forget_incarnation(self, node: str) -> list[Effect]:
+    def _forget_incarnation(self, node: str) -> list[NodeMonitorEffect]:
         """`node` restarted: whatever we knew of the old incarnation is stale (heal state,
         partitions with it, whom it saw, the cut we made)."""
         out = self._gone(node, record=False)
