@@ -9,7 +9,8 @@ NodeMonitorCore is the one entry point, over parts in their own modules that sha
 object (the facade is a MonitorState and hands itself to each part) and otherwise call each
 other only through the methods named here. A part only uses the parts above it:
 
-    state.py      MonitorState: members, connections, GUIDs, timers; messages, records, files
+    state.py      MonitorState: members, connections, GUIDs, timers; messages, records, files,
+                  members arriving, leaving and restarting, the modes peers report
     partial.py    Partials: check_partial_partition, cuts, heal settling, views, the parts
     members.py    EphemeralMembers: ephemeral members attaching, told, forgotten
     autoheal.py   Autoheal: rabbit_autoheal's state machine
@@ -68,7 +69,7 @@ from monitors.node_monitor.ephemeral import ROLE_CORE, ROLE_EPHEMERAL
 from monitors.node_monitor.members import EphemeralMembers
 from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
 from monitors.node_monitor.partial import Partials
-from monitors.node_monitor.partitions import is_fully_connected, part_of
+from monitors.node_monitor.partitions import part_of
 from monitors.node_monitor.state import (
     CUT_TIMER,
     FORGET_TIMER,
@@ -106,11 +107,38 @@ class NodeMonitorCore(MonitorState):
         creation: int,
         status: ClusterStatus,
         config: PartitionHandling | None = None,
-        **options: Any,
+        *,
+        down_ping_interval: float = 1.0,
+        keepalive_interval: float = 10.0,
+        disconnect_ban: float = 1.0,
+        autoheal_timeout: float = 60.0,
+        startup_grace: float | None = None,
+        status_timeout: float = 5.0,
+        disconnect_delay: float = 0.1,
+        hold_app: bool = False,
+        forget_ephemeral_after: float = 30.0,
+        heal_settle: float | None = None,
+        decision_hold: float = 0.25,
     ) -> None:
-        """`options` are MonitorState's timings and switches (down_ping_interval,
-        keepalive_interval, heal_settle, decision_hold, hold_app, ...; see state.py)."""
-        super().__init__(node, creation, status, config, **options)
+        """The options are MonitorState's (state.py says what each is for). They are spelled
+        out here because callers (the simulator among them) read this signature."""
+        super().__init__(
+            node,
+            creation,
+            status,
+            config,
+            down_ping_interval=down_ping_interval,
+            keepalive_interval=keepalive_interval,
+            disconnect_ban=disconnect_ban,
+            autoheal_timeout=autoheal_timeout,
+            startup_grace=startup_grace,
+            status_timeout=status_timeout,
+            disconnect_delay=disconnect_delay,
+            hold_app=hold_app,
+            forget_ephemeral_after=forget_ephemeral_after,
+            heal_settle=heal_settle,
+            decision_hold=decision_hold,
+        )
         self.partials = Partials(self)
         self.members = EphemeralMembers(self)
         self._routes = self._routing_table()
@@ -151,22 +179,6 @@ class NodeMonitorCore(MonitorState):
         RabbitMQ reports a differing net_ticktime. Each decides by its own, so they must agree."""
         modes = {n: mode for n, mode in self._modes.items() if n in self._all}
         return {self.node: self.config.to_config(), **modes}
-
-    def _see_mode(self, sender: str, mode: Any) -> list[NodeMonitorEffect]:
-        if mode is None or self._modes.get(sender) == mode:
-            return []
-        self._modes[sender] = mode
-        if mode == self.config.to_config():
-            return []
-        return [
-            Log.error(
-                "a core member runs another partition_handling: members must agree, or a "
-                "partition can leave both sides running (or both paused)",
-                node=sender,
-                its=mode,
-                ours=self.config.to_config(),
-            )
-        ]
 
     def role_conflict(self, node: str, role: str) -> str:
         """Why `node` may not connect as `role` ("" if it may): see members.py."""
@@ -655,21 +667,6 @@ class NodeMonitorCore(MonitorState):
         if self._others() - (set(self._up) & self._greeted):
             return []
         return [*self.autoheal.maybe_start(self._ctx())]
-
-    def _clear_stale_partitions(self) -> list[NodeMonitorEffect]:
-        """RabbitMQ #17319: in the pause modes (not recovering by autoheal), once every member
-        is up and fully connected, recorded partitions are stale: the losing side paused."""
-        if not self._partitions or not self.config.pauses or self.config.autoheal:
-            return []
-        if self._others() - set(self._up) or not is_fully_connected(self._views.graph(self._all)):
-            return []
-        cleared = sorted(self._partitions)
-        self._partitions.clear()
-        return [
-            Log.info(
-                "partitions cleared: every member is up and fully connected", partitions=cleared
-            )
-        ]
 
     def _ensure_timers(self) -> list[NodeMonitorEffect]:
         out: list[NodeMonitorEffect] = []

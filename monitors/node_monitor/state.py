@@ -16,6 +16,7 @@ from monitors.node_monitor import autoheal as ah
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.effects import NodeMonitorEffect, Notify, SaveClusterStatus
 from monitors.node_monitor.ephemeral import ROLE_CORE
+from monitors.node_monitor.partitions import is_fully_connected
 from monitors.node_monitor.status import ClusterStatus
 from monitors.node_monitor.views import ViewTable
 
@@ -242,3 +243,34 @@ class MonitorState:
         self._views.forget(node)
         self._guids.pop(node, None)
         return out
+
+    def _see_mode(self, sender: str, mode: Any) -> list[NodeMonitorEffect]:
+        if mode is None or self._modes.get(sender) == mode:
+            return []
+        self._modes[sender] = mode
+        if mode == self.config.to_config():
+            return []
+        return [
+            Log.error(
+                "a core member runs another partition_handling: members must agree, or a "
+                "partition can leave both sides running (or both paused)",
+                node=sender,
+                its=mode,
+                ours=self.config.to_config(),
+            )
+        ]
+
+    def _clear_stale_partitions(self) -> list[NodeMonitorEffect]:
+        """RabbitMQ #17319: in the pause modes (not recovering by autoheal), once every member
+        is up and fully connected, recorded partitions are stale: the losing side paused."""
+        if not self._partitions or not self.config.pauses or self.config.autoheal:
+            return []
+        if self._others() - set(self._up) or not is_fully_connected(self._views.graph(self._all)):
+            return []
+        cleared = sorted(self._partitions)
+        self._partitions.clear()
+        return [
+            Log.info(
+                "partitions cleared: every member is up and fully connected", partitions=cleared
+            )
+        ]
