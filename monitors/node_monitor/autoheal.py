@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitors.effects import CancelTimer, Effect, Log, Send, SetTimer
+from monitors.node_monitor.messages import VERSION
 from monitors.node_monitor.partitions import all_partitions, autoheal_winner
 
 # the messages Autoheal.handle takes (the core routes each of them here)
@@ -162,7 +163,7 @@ class Autoheal:
         return SetTimer(key, after)
 
     def _send(self, ctx: Ctx, to: str, t: str, **fields: Any) -> list[Effect]:
-        msg = {"t": t, "c": ctx.creation, **fields}
+        msg = {"v": VERSION, "t": t, "c": ctx.creation, **fields}
         if to == ctx.node:
             return self.handle(ctx.node, msg, ctx)
         return [Send(to, ctx.name, msg)]

@@ -45,7 +45,7 @@ from monitors.effects import Connect, Log, Send
 from monitors.node_monitor import decision
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.effects import NodeMonitorEffect, PauseApp
-from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
+from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, VERSION, problem
 from monitors.node_monitor.partitions import majority
 from monitors.node_monitor.status import ClusterStatus
 from monitors.retry_log import RetryBackoff
@@ -477,4 +477,8 @@ class EphemeralMonitorCore:
         return [self._send(n, "announce", **self._record()) for n in sorted(self._reach())]
 
     def _send(self, to: str, t: str, **fields: Any) -> Send:
-        return Send(to, self.NAME, {"t": t, "c": self.creation, "role": ROLE_EPHEMERAL, **fields})
+        return Send(
+            to,
+            self.NAME,
+            {"v": VERSION, "t": t, "c": self.creation, "role": ROLE_EPHEMERAL, **fields},
+        )

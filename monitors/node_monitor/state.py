@@ -16,6 +16,7 @@ from monitors.node_monitor import autoheal as ah
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.effects import NodeMonitorEffect, Notify, SaveClusterStatus
 from monitors.node_monitor.ephemeral import ROLE_CORE
+from monitors.node_monitor.messages import VERSION
 from monitors.node_monitor.partitions import is_fully_connected
 from monitors.node_monitor.status import ClusterStatus
 from monitors.node_monitor.views import ViewTable
@@ -140,7 +141,7 @@ class MonitorState:
         return self._others() & set(self._up)
 
     def _msg(self, t: str, **fields: Any) -> dict[str, Any]:
-        return {"t": t, "c": self.creation, "role": ROLE_CORE, **fields}
+        return {"v": VERSION, "t": t, "c": self.creation, "role": ROLE_CORE, **fields}
 
     def _send(self, to: str, t: str, **fields: Any) -> Send:
         return Send(to, self.NAME, self._msg(t, **fields))

@@ -33,3 +33,16 @@ def test_a_routed_autoheal_type_still_reaches_autoheal() -> None:
     connect(c, B)
     out = c.receive(B, {"t": "autoheal_status_request", "c": CREATION[B]}, 1.0)
     assert sends(out, "autoheal_status", to=B)
+
+
+def test_messages_carry_v1_and_messages_without_v_are_still_read() -> None:
+    c = core()
+    out = connect(c, B)  # helpers.peer and helpers.view send no "v", as today's peers do
+    assert B in c.status()["running"]
+    assert all(e.msg["v"] == 1 for e in sends(out))
+    alarm = {"v": 1, "t": "alarm", "c": CREATION[B], "resources": ["disk"]}
+    c.receive(B, alarm, 1.0)
+    assert c.status()["alarms"] == {B: ["disk"]}
+    out = c.receive(B, {**alarm, "v": 2, "resources": []}, 2.0)
+    assert c.status()["alarms"] == {B: ["disk"]}  # a version we cannot read is dropped
+    assert any("version" in str(e.fields.get("problem")) for e in of(out, Log))
