@@ -6,8 +6,9 @@ docs/node_monitor.md for the behaviour per mode and the message table, and docs/
 the interface.
 
 NodeMonitorCore is the one entry point, over parts in their own modules that share one state
-object (the facade is a MonitorState and hands itself to each part) and otherwise call each
-other only through the methods named here. A part only uses the parts above it:
+object (the facade is a MonitorState and hands itself to each part, typed as MonitorState).
+Partials and EphemeralMembers see only that state, never the facade or each other; a part
+only uses the parts above it (import-linter holds the order):
 
     state.py      MonitorState: members, connections, GUIDs, timers; messages, records, files,
                   members arriving, leaving and restarting, the modes peers report
