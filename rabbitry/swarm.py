@@ -147,11 +147,17 @@ def start_members(configs: Iterable[NodeConfig], stop: Any = None) -> list[Swarm
     with concurrent.futures.ThreadPoolExecutor(START_WORKERS, "swarm-start") as pool:
         futures = [pool.submit(start, c) for c in configs]
         concurrent.futures.wait(futures)
-    members = [f.result() for f in futures if f.exception() is None and f.result() is not None]
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    members: list[SwarmMember] = []
+    errors: list[BaseException] = []
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            errors.append(error)
+        elif (member := future.result()) is not None:
+            members.append(member)
     if errors:
         stop_members(members)
-        raise errors[0]  # type: ignore[misc]
+        raise errors[0]
     return members
 
 

@@ -36,8 +36,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitors.effects import CancelTimer, Effect, Log, Send, SetTimer
+from monitors.node_monitor.messages import VERSION
 from monitors.node_monitor.partitions import all_partitions, autoheal_winner
 
+# the messages Autoheal.handle takes (the core routes each of them here)
+MESSAGE_TYPES = (
+    "request_start",
+    "autoheal_status_request",
+    "autoheal_status",
+    "become_winner",
+    "winner_is",
+    "autoheal_safe_to_start",
+    "autoheal_finished",
+    "report_autoheal_status",
+)
 TIMER_COLLECT = "autoheal_collect"
 TIMER_RESTART = "autoheal_restart"
 TIMER_WINNER = "autoheal_winner"
@@ -151,7 +163,7 @@ class Autoheal:
         return SetTimer(key, after)
 
     def _send(self, ctx: Ctx, to: str, t: str, **fields: Any) -> list[Effect]:
-        msg = {"t": t, "c": ctx.creation, **fields}
+        msg = {"v": VERSION, "t": t, "c": ctx.creation, **fields}
         if to == ctx.node:
             return self.handle(ctx.node, msg, ctx)
         return [Send(to, ctx.name, msg)]
@@ -264,7 +276,7 @@ class Autoheal:
             return [self._log("request received but we are not the leader", node=sender)]
         if self.healing:
             return [self._log("request received when healing; ignoring", node=sender)]
-        out = [self._log("request received", node=sender)]
+        out: list[Effect] = [self._log("request received", node=sender)]
         down = [n for n in ctx.members if n != ctx.node and n not in ctx.connected]
         if down:
             return [*out, self._log("request denied: nodes down", nodes=down)]

@@ -5,6 +5,21 @@ node_monitor/effects.py); the actor shell or the simulator performs them. See
 docs/node_monitor.md for the behaviour per mode and the message table, and docs/cores.md for
 the interface.
 
+NodeMonitorCore is the one entry point, over parts in their own modules that share one state
+object (the facade is a MonitorState and hands itself to each part, typed as MonitorState).
+Partials and EphemeralMembers see only that state, never the facade or each other; a part
+only uses the parts above it (import-linter holds the order):
+
+    state.py      MonitorState: members, connections, GUIDs, timers; messages, records, files,
+                  members arriving, leaving and restarting, the modes peers report
+    partial.py    Partials: check_partial_partition, cuts, heal settling, views, the parts
+    members.py    EphemeralMembers: ephemeral members attaching, told, forgotten
+    autoheal.py   Autoheal: rabbit_autoheal's state machine
+    decision.py   pause and resume effects, timer bookkeeping
+
+This module routes (an explicit table: message type -> handler; a type with no handler is
+logged and dropped) and decides (`_settle`, `_mode_pause`, `_decide`) after every event.
+
 Decisions worth knowing before reading the code:
 - Liveness is the dist connection (RabbitMQ: `nodes()`), not the application: a paused node is
   still "up", "else we would go down and never come back" (rabbit_node_monitor).
@@ -27,7 +42,7 @@ Decisions worth knowing before reading the code:
   was still waiting. The rule, asymmetric on purpose:
   * a paused node resumes only into a fully-connected part that may run (its part of
     partitions.decompose), and only once it holds the current view of every peer it reaches
-    (`_resume_check`), not merely when it reaches a majority;
+    (`Partials.resume_check`), not merely when it reaches a majority;
   * a running node does not pause for a partial partition over a link that may be coming
     back: for `heal_settle` (2 ping rounds + 0.5 s) after a nodeup, the members still down
     count as linked to it, a partial_partition about them is put off and then checked
@@ -46,34 +61,46 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from monitors.effects import CancelTimer, Connect, Disconnect, Effect, Log, Send, SetTimer
+from monitors.effects import CancelTimer, Connect, Disconnect, Log
 from monitors.node_monitor import autoheal as ah
 from monitors.node_monitor import decision
 from monitors.node_monitor.config import PartitionHandling
-from monitors.node_monitor.effects import Notify, PauseApp, SaveClusterStatus
+from monitors.node_monitor.effects import NodeMonitorEffect, Notify, PauseApp
 from monitors.node_monitor.ephemeral import ROLE_CORE, ROLE_EPHEMERAL
+from monitors.node_monitor.members import EphemeralMembers
 from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
-from monitors.node_monitor.partitions import decompose, is_fully_connected, majority, part_of
+from monitors.node_monitor.partial import Partials
+from monitors.node_monitor.partitions import part_of
+from monitors.node_monitor.state import (
+    CUT_TIMER,
+    FORGET_TIMER,
+    TIMER_HEAL_SETTLE,
+    TIMER_HOLD,
+    TIMER_KEEPALIVE,
+    TIMER_PAUSE_CHECK,
+    TIMER_PING,
+    TIMER_STARTUP,
+    MonitorState,
+)
 from monitors.node_monitor.status import ClusterStatus
-from monitors.node_monitor.views import View, ViewTable, view_from_wire
 
-TIMER_PING = "ping_down_nodes"
-TIMER_PAUSE_CHECK = "pause_check"
-TIMER_KEEPALIVE = "keepalive"
-TIMER_STARTUP = "startup"
-TIMER_HEAL_SETTLE = "heal_settle"
-TIMER_HOLD = "decision_hold"
-CUT_TIMER = "disconnect:"  # + node: close a link we asked the peer to close
-FORGET_TIMER = "forget_ephemeral:"  # + node: forget an ephemeral member down this long
+__all__ = [
+    "CUT_TIMER",
+    "FORGET_TIMER",
+    "TIMER_HEAL_SETTLE",
+    "TIMER_HOLD",
+    "TIMER_KEEPALIVE",
+    "TIMER_PAUSE_CHECK",
+    "TIMER_PING",
+    "TIMER_STARTUP",
+    "NodeMonitorCore",
+]
 
-_NOTHING = object()
+Handler = Callable[[str, dict[str, Any], float], list[NodeMonitorEffect]]
 
 
-class NodeMonitorCore:
+class NodeMonitorCore(MonitorState):
     """One node's monitor. Every public method returns the effects to perform, in order."""
-
-    NAME = "rabbit_node_monitor"
-    role = ROLE_CORE
 
     def __init__(
         self,
@@ -94,83 +121,28 @@ class NodeMonitorCore:
         heal_settle: float | None = None,
         decision_hold: float = 0.25,
     ) -> None:
-        self.node = node
-        self.creation = creation
-        self.config = config or PartitionHandling()
-        self.down_ping_interval = down_ping_interval
-        self.keepalive_interval = keepalive_interval
-        self.disconnect_ban = disconnect_ban
-        # one ping round by default: start() pings every member at once, so a node that is
-        # still in a minority after that is really cut off (RabbitMQ: runs until a nodedown)
-        self.startup_grace = down_ping_interval if startup_grace is None else startup_grace
-        self.disconnect_delay = disconnect_delay
-        # After a link comes back, the members still down may be coming back too: a connect
-        # attempt to them that began during the cut can be waiting out its timeout (the
-        # NetKernel's connect_timeout, one ping interval), and the next ping starts a fresh
-        # one. So for this long after a nodeup, a partial partition about them is not acted
-        # on; once it is over it is checked afresh (issue 15, "a heal resumes once").
-        self.heal_settle = 2 * down_ping_interval + 0.5 if heal_settle is None else heal_settle
-        self._settling: dict[str, float] = {}  # down member -> until when (see heal_settle)
-        self._deferred: set[str] = set()  # ... of which a partial partition was put off
-        # A running node pauses for a partial partition, and a paused node resumes, only
-        # once the answer has stayed the same this long: views travel as messages, and while
-        # a heal brings nodes back, nodes that come back together decide on views a message
-        # round trip apart (two overlapping cliques each looking best to one of them, a view
-        # from before a node's pause). Pauses by the reachable count are never held.
-        self.decision_hold = decision_hold
-        self._hold_since: float | None = None
-        self._now = 0.0
-        status = status.normalized(node)
-        self._all: set[str] = set(status.all)
-        # A cluster always has a disc node; a status without any (hand-made) makes us one.
-        self._disc: set[str] = set(status.disc) or {node}
-        # The running list on file is "at shutdown": a boot hint for the shell. Now only we run.
-        self._running: set[str] = {node}
-        self._up: dict[str, int] = {}  # dist connections: node -> creation from the handshake
-        self._guids: dict[str, int] = {}  # creation each peer's monitor announced (GUID)
-        # peers whose node_up/announce we have had since their nodeup: only then do we know
-        # whether they saw us down, so autoheal waits for it
-        self._greeted: set[str] = set()
-        self._down_seen: dict[str, int] = {}  # peers we saw go down while our app ran
-        self._partitions: set[str] = set()
-        self._paused = False  # the decision; the shell is told by PauseApp/ResumeApp
-        self._app = "running"  # what the shell reported: running|stopping|stopped|starting
-        # hold_app: the application is not running at boot, and starts only once the
-        # partition mode allows it (see start()). Without it the application runs from boot
-        # and a start-up grace defers the first pause.
-        self.hold_app = hold_app and self.config.pauses
-        self._booting = self.config.pauses and self.startup_grace > 0 and not self.hold_app
-        self._boot_logged = False
-        self._ever_resumed = False  # the first resume of an app held at boot is its start
-        self._views = ViewTable(node, creation)
-        self._cut: set[str] = set()  # links we cut on purpose (upgrade to full partition)
-        self._cutting: set[str] = set()  # ... of which the connection is not closed yet
-        self._fresh: set[str] = set()  # peers whose own view we have had since their nodeup
-        self._checks: dict[str, dict[str, tuple[int, int]]] = {}  # down node -> reporter -> GUIDs
-        self._queried: set[str] = set()  # creation_query in flight
-        # A partial partition was confirmed to us (as reporter or checker) and we can still see
-        # one: only then do the parts of partitions.decompose decide who pauses. Without it a
-        # node that merely heard of a nodedown before its peers did would pause for nothing.
-        self._partial = False
-        self._down_ticks: dict[str, int] = {}  # ping rounds a member has been down for
-        self._alarms: dict[str, frozenset[str]] = {}
-        self._weight = 0
-        self._timers: set[str] = set()
-        self._saved: tuple[tuple[str, ...], ...] | None = None
-        self._started = False
-        self._want_autoheal = False
-        self.autoheal = ah.Autoheal(timeout=autoheal_timeout, status_timeout=status_timeout)
-        self._init_ephemeral(forget_ephemeral_after)
-
-    def _init_ephemeral(self, forget_ephemeral_after: float) -> None:
-        """What the core keeps of ephemeral members and of what the members say of themselves."""
-        self.forget_ephemeral_after = forget_ephemeral_after
-        self._eph: dict[str, int] = {}  # ephemeral members we know -> creation
-        self._eph_down: dict[str, float] = {}  # ... of which down, since
-        self._eph_said: tuple[Any, ...] | None = None  # what they were last told of us
-        self._eph_misnamed: set[str] = set()  # members that said they are ephemeral
-        self._dropped_told: set[tuple[str, str]] = set()  # (sender, what) logged once
-        self._modes: dict[str, Any] = {}  # member -> the partition_handling its records say
+        """The options are MonitorState's (state.py says what each is for). They are spelled
+        out here because callers (the simulator among them) read this signature."""
+        super().__init__(
+            node,
+            creation,
+            status,
+            config,
+            down_ping_interval=down_ping_interval,
+            keepalive_interval=keepalive_interval,
+            disconnect_ban=disconnect_ban,
+            autoheal_timeout=autoheal_timeout,
+            startup_grace=startup_grace,
+            status_timeout=status_timeout,
+            disconnect_delay=disconnect_delay,
+            hold_app=hold_app,
+            forget_ephemeral_after=forget_ephemeral_after,
+            heal_settle=heal_settle,
+            decision_hold=decision_hold,
+        )
+        self.partials = Partials(self)
+        self.members = EphemeralMembers(self)
+        self._routes = self._routing_table()
 
     # ======================================================================= queries
 
@@ -198,7 +170,9 @@ class NodeMonitorCore:
         return sorted(set(self._eph) - set(self._eph_down)), sorted(self._eph_down)
 
     def cluster_status(self) -> ClusterStatus:
-        return ClusterStatus(all=self._all, disc=self._disc, running=self._running)
+        return ClusterStatus(
+            all=tuple(self._all), disc=tuple(self._disc), running=tuple(self._running)
+        )
 
     def partition_modes(self) -> dict[str, Any]:
         """The partition_handling each core member's records said (ours included): members
@@ -207,53 +181,19 @@ class NodeMonitorCore:
         modes = {n: mode for n, mode in self._modes.items() if n in self._all}
         return {self.node: self.config.to_config(), **modes}
 
-    def _see_mode(self, sender: str, mode: Any) -> list[Effect]:
-        if mode is None or self._modes.get(sender) == mode:
-            return []
-        self._modes[sender] = mode
-        if mode == self.config.to_config():
-            return []
-        return [
-            Log.error(
-                "a core member runs another partition_handling: members must agree, or a "
-                "partition can leave both sides running (or both paused)",
-                node=sender,
-                its=mode,
-                ours=self.config.to_config(),
-            )
-        ]
-
     def role_conflict(self, node: str, role: str) -> str:
-        """Why `node` may not connect as `role` ("" if it may): roles are facts. A name our
-        cluster files hold as core cannot attach as ephemeral (it would count as that core
-        member being up: split brain under pause_minority), and an ephemeral member we know
-        cannot come back as core, until the name is forgotten. The dist layer refuses the
-        handshake with this text, and the refused process exits 2 printing it."""
-        if node == self.node:
-            return ""
-        if role == ROLE_EPHEMERAL and node in self._all:
-            return (
-                f"{node} is a core member of the cluster (in {self.node}'s cluster files), so "
-                f"it cannot attach as ephemeral; run `rabbitry cluster forget {node}` on a core "
-                "member first, or start it with role: core"
-            )
-        if role == ROLE_CORE and node in self._eph and node not in self._all:
-            return (
-                f"{node} is an ephemeral member of the cluster (known to {self.node}), so it "
-                f"cannot join as core until it is forgotten: `rabbitry cluster forget {node}` "
-                f"on a core member, or {self.forget_ephemeral_after:g} s after it went down"
-            )
-        return ""
+        """Why `node` may not connect as `role` ("" if it may): see members.py."""
+        return self.members.role_conflict(node, role)
 
     # ======================================================================= events
 
-    def start(self, now: float) -> list[Effect]:
+    def start(self, now: float) -> list[NodeMonitorEffect]:
         """Boot: persist, connect to every member, arm the keepalive (notify_node_up follows
         on each nodeup)."""
         if self._started:
             return [Log.warning("node monitor: start called twice; ignored")]
         self._started = True
-        out: list[Effect] = [
+        out: list[NodeMonitorEffect] = [
             Log.info(
                 "node monitor started",
                 node=self.node,
@@ -274,11 +214,11 @@ class NodeMonitorCore:
             out.append(PauseApp("held at boot until the partition mode allows it to run"))
         return out + self._settle(now)
 
-    def nodeup(self, node: str, creation: int, now: float) -> list[Effect]:
+    def nodeup(self, node: str, creation: int, now: float) -> list[NodeMonitorEffect]:
         """dist: a connection to `node` came up (net_kernel {nodeup, Node})."""
         if node == self.node:
             return []
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         prev = self._up.get(node)
         if prev is not None and prev != creation:
             # a new incarnation without a nodedown in between: the old one is gone
@@ -293,7 +233,7 @@ class NodeMonitorCore:
         if self.heal_settle > 0:
             for n in self._others() - set(self._up) - self._cut:
                 self._settling[n] = now + self.heal_settle
-            out += self._arm_settle_timer(now)
+            out += self.partials.arm_settle_timer(now)
         # A new peer is a new possible checker: members still down for us get checked again
         # from the next ping round (a nodedown that came while we saw nobody checked nothing).
         self._down_ticks.clear()
@@ -304,24 +244,24 @@ class NodeMonitorCore:
         out.append(self._send(node, "view", views=self._views.wire()))
         return out + self._settle(now)
 
-    def nodedown(self, node: str, reason: str, now: float) -> list[Effect]:
+    def nodedown(self, node: str, reason: str, now: float) -> list[NodeMonitorEffect]:
         """dist: the connection to `node` went (net_kernel {nodedown, Node, [{nodedown_reason, R}]})."""
         if node == self.node or node not in self._up:
             return []
         del self._up[node]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if CUT_TIMER + node in self._timers:
             self._timers.discard(CUT_TIMER + node)
             out.append(CancelTimer(CUT_TIMER + node))
         if node not in self._all:
-            return out + self._ephemeral_down(node, now)
+            return out + self.members.ephemeral_down(node, now)
         out.append(Log.warning("node down", node=node, reason=reason))
         if reason != "disconnect" and node not in self._cut:
-            out += self._check_partial_partition(node)
+            out += self.partials.check_partial_partition(node)
         out += self._gone(node)
         return out + self._settle(now)
 
-    def receive(self, sender: str, msg: Any, now: float) -> list[Effect]:
+    def receive(self, sender: str, msg: Any, now: float) -> list[NodeMonitorEffect]:
         """A message for NodeMonitorCore.NAME from the monitor on `sender`."""
         bad = problem(msg)
         if bad:
@@ -332,21 +272,21 @@ class NodeMonitorCore:
         ):
             if sender not in self._all:
                 if msg.get("role") == ROLE_CORE:  # an ephemeral member cannot speak as core
-                    return self._dropped_once(
+                    return self.members.dropped_once(
                         sender, "a core message from an ephemeral member", msg
                     )
                 # No decision pass (_settle): an ephemeral member never counts, so nothing it
                 # says can change a core decision, and with N executors each keepalive would
                 # otherwise cost a whole-cluster pass on every core node (issue 26).
-                return self._on_ephemeral(sender, msg, now)
+                return self.members.on_ephemeral(sender, msg, now)
             if msg.get("role") == ROLE_EPHEMERAL:
-                return self._misnamed(sender)
+                return self.members.misnamed(sender)
         joining = t == "joined_cluster" and msg["node"] == sender
         if sender == self.node or (sender not in self._all and not joining):
             return [
                 Log.warning("node monitor: dropped a message from a non-member", sender=sender, t=t)
             ]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         c = msg.get("c")
         if c is not None and sender in self._guids and c != self._guids[sender]:
             if t not in ("node_up", "announce", "joined_cluster"):
@@ -360,25 +300,22 @@ class NodeMonitorCore:
             out.append(Log.info("node restarted", node=sender))
             out += self._forget_incarnation(sender)
             self._guids[sender] = c
-        handler: Callable[[str, dict[str, Any], float], list[Effect]] | None = getattr(
-            self, "_on_" + t, None
-        )
-        if handler is None:
-            out += self._on_autoheal(sender, msg, now)
-        else:
-            out += handler(sender, msg, now)
+        handler = self._routes.get(t)
+        if handler is None:  # problem() knows the type, so this is a type we have no use for
+            return [*out, Log.warning("node monitor: dropped a message of no use", t=t)]
+        out += handler(sender, msg, now)
         return out + self._settle(now)
 
-    def timer(self, key: str, now: float, data: Any = None) -> list[Effect]:
+    def timer(self, key: str, now: float, data: Any = None) -> list[NodeMonitorEffect]:
         """A SetTimer fired."""
         if key in (ah.TIMER_COLLECT, ah.TIMER_RESTART, ah.TIMER_WINNER):
             return self.autoheal.timer(key, self._ctx()) + self._settle(now)
         if key not in self._timers:
             return []  # cancelled, or fired twice: nothing to do
         self._timers.discard(key)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if key.startswith(FORGET_TIMER):
-            return self._forget_ephemeral(key[len(FORGET_TIMER) :], "down too long", now)
+            return self.members.forget_ephemeral(key[len(FORGET_TIMER) :], "down too long", now)
         if key.startswith(CUT_TIMER):
             node = key[len(CUT_TIMER) :]
             if node in self._up and node in self._cut:
@@ -389,9 +326,11 @@ class NodeMonitorCore:
             down = sorted(self._others() - set(self._up) - self._cut)
             out += [Connect(n) for n in down]
             if key == TIMER_PING and not self._partial:
-                out += self._recheck_down([n for n in down if not self._is_settling(n, now)])
+                out += self.partials.recheck_down(
+                    [n for n in down if not self.partials.is_settling(n, now)]
+                )
         elif key == TIMER_HEAL_SETTLE:
-            out += self._settled(now)
+            out += self.partials.settled(now)
         elif key == TIMER_HOLD:
             pass  # _settle below decides again, now that the hold may be over
         elif key == TIMER_KEEPALIVE:
@@ -401,18 +340,18 @@ class NodeMonitorCore:
             for n in sorted(self._connected()):
                 out.append(self._send(n, "keepalive", views=table, **self._peer_record(n)))
             for n in sorted(set(self._eph) - set(self._eph_down)):
-                out.append(self._send(n, "keepalive", **self._ephemeral_record(n)))
+                out.append(self._send(n, "keepalive", **self.members.ephemeral_record(n)))
             self._want_autoheal = True  # a denied heal is retried at this steady pace
         elif key == TIMER_STARTUP:
             self._booting = False
             out.append(Log.info("start-up grace over: partition handling applies in full"))
         return out + self._settle(now)
 
-    def app_stopped(self, now: float) -> list[Effect]:
+    def app_stopped(self, now: float) -> list[NodeMonitorEffect]:
         """The shell finished a PauseApp: the application tree is down."""
         self._app = "stopped"
         self._running.discard(self.node)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         # Our application state will resync from the others when it starts again, so nothing
         # diverged with us from here on: forget partitions and who we saw down.
         if self._partitions:
@@ -428,7 +367,7 @@ class NodeMonitorCore:
         out += self._broadcast("app_down")
         return out + self._settle(now)
 
-    def app_started(self, now: float) -> list[Effect]:
+    def app_started(self, now: float) -> list[NodeMonitorEffect]:
         """The shell finished a ResumeApp: the application tree runs again (notify_node_up)."""
         self._app = "running"
         self._running.add(self.node)
@@ -442,10 +381,10 @@ class NodeMonitorCore:
         """Autoheal weight of this node (by default its running application processes)."""
         self._weight = max(0, int(n))
 
-    def joined_cluster(self, node: str, disc: bool, now: float) -> list[Effect]:
+    def joined_cluster(self, node: str, disc: bool, now: float) -> list[NodeMonitorEffect]:
         """`node` joined the cluster. Called on the joining node itself (node == this node) it
         tells the members, as rabbit_node_monitor:notify_joined_cluster does."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if node == self.node:
             self._set_disc(node, disc)
             out += self._broadcast("joined_cluster", node=node, disc=disc)
@@ -453,7 +392,7 @@ class NodeMonitorCore:
             out += self._add_member(node, disc)
         return out + self._save() + self._settle(now)
 
-    def left_cluster(self, node: str, now: float) -> list[Effect]:
+    def left_cluster(self, node: str, now: float) -> list[NodeMonitorEffect]:
         """`node` left (or was forgotten); the members are told (notify_left_cluster). Called
         for this node itself, it resets to a cluster of one, as RabbitMQ's reset does."""
         out = self._broadcast("left_cluster", node=node, skip=node)
@@ -465,11 +404,11 @@ class NodeMonitorCore:
             out += self._remove_member(node)
         elif node in self._eph:  # `rabbitry cluster forget` of an ephemeral member: now
             creation = self._eph[node]
-            out = self._forget_ephemeral(node, "forgotten by hand", now)
+            out = self.members.forget_ephemeral(node, "forgotten by hand", now)
             out += self._broadcast("ephemeral_left", node=node, creation=creation)
         return out + self._save() + self._settle(now)
 
-    def set_alarm(self, resource: str, active: bool, now: float) -> list[Effect]:
+    def set_alarm(self, resource: str, active: bool, now: float) -> list[NodeMonitorEffect]:
         """Raise or clear a resource alarm of this node; peers are told the full set."""
         if not isinstance(resource, str) or not 0 < len(resource) <= MAX_NAME:
             return [Log.warning("set_alarm: bad resource name", resource=repr(resource)[:80])]
@@ -484,25 +423,50 @@ class NodeMonitorCore:
             mine.discard(resource)
         self._alarms[self.node] = frozenset(mine)
         log = Log.warning if active else Log.info
-        out: list[Effect] = [log("alarm " + ("set" if active else "cleared"), resource=resource)]
+        out: list[NodeMonitorEffect] = [
+            log("alarm " + ("set" if active else "cleared"), resource=resource)
+        ]
         return out + self._broadcast("alarm", resources=sorted(mine))
+
+    def _routing_table(self) -> dict[str, Handler]:
+        """Message type -> handler, for messages from core members (ephemeral members' go to
+        members.on_ephemeral). A type messages.SCHEMAS knows but this table lacks is dropped."""
+        routes: dict[str, Handler] = {
+            "node_up": self._on_node_up,
+            "announce": self._on_announce,
+            "app_down": self._on_app_down,
+            "joined_cluster": self._on_joined_cluster,
+            "left_cluster": self._on_left_cluster,
+            "keepalive": self._on_keepalive,
+            "alarm": self._on_alarm,
+            "view": self.partials.on_view,
+            "check_partial_partition": self.partials.on_check_partial_partition,
+            "creation_query": self.partials.on_creation_query,
+            "creation_reply": self.partials.on_creation_reply,
+            "partial_partition": self.partials.on_partial_partition,
+            "partial_partition_disconnect": self.partials.on_partial_partition_disconnect,
+            "ephemeral_left": self.members.on_ephemeral_left,
+        }
+        for t in ah.MESSAGE_TYPES:
+            routes[t] = self._on_autoheal
+        return routes
 
     # ======================================================================= messages
 
-    def _on_node_up(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_node_up(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         return self._peer(sender, m, reply=True)
 
-    def _on_announce(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_announce(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         return self._peer(sender, m, reply=False)
 
-    def _peer(self, sender: str, m: dict[str, Any], reply: bool) -> list[Effect]:
+    def _peer(self, sender: str, m: dict[str, Any], reply: bool) -> list[NodeMonitorEffect]:
         """node_up / announce (RabbitMQ's node_up and announce_guid): the peer's creation, disc
         flag, whether its application runs, its alarms, and whom it saw go down."""
         if m["node"] != sender:
             return [
                 Log.warning("node monitor: dropped a node_up naming another node", sender=sender)
             ]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         old = self._guids.get(sender)
         if old is not None and old != m["creation"]:
             out += self._forget_incarnation(sender)
@@ -538,9 +502,9 @@ class NodeMonitorCore:
             self._want_autoheal = True
         return out + self._save()
 
-    def _on_app_down(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_app_down(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         """The peer's application stopped (RabbitMQ: 'DOWN' of {rabbit, Node})."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if sender in self._running:
             self._running.discard(sender)
             out += [
@@ -552,13 +516,17 @@ class NodeMonitorCore:
         out += self.autoheal.rabbit_down(sender, self._ctx())
         return out + self._save()
 
-    def _on_joined_cluster(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_joined_cluster(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[NodeMonitorEffect]:
         node = m["node"]
         if node == self.node:
             return []
         return self._add_member(node, m["disc"]) + self._save()
 
-    def _on_left_cluster(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_left_cluster(
+        self, sender: str, m: dict[str, Any], now: float
+    ) -> list[NodeMonitorEffect]:
         node = m["node"]
         if node == self.node:
             return [
@@ -572,590 +540,50 @@ class NodeMonitorCore:
             return []
         return self._remove_member(node) + self._save()
 
-    def _on_keepalive(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_keepalive(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         # Missed keepalives never mark a node down; only dist ticks do. What it carries is
         # taken as node_up and view would be (anti-entropy), without a reply.
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if "node" in m:
             out += self._peer(sender, m, reply=False)
         if "views" in m:
-            out += self._on_view(sender, m, now)
+            out += self.partials.on_view(sender, m, now)
         return out
 
-    def _on_alarm(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_alarm(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         self._set_alarms(sender, m["resources"])
         return []
 
-    def _on_check_partial_partition(
-        self, sender: str, m: dict[str, Any], now: float
-    ) -> list[Effect]:
-        """We are the checker: does the node `sender` saw down still look up to us, and is it
-        the same incarnation? Ask it for its creation (RabbitMQ's rpc of system_info(creation))."""
-        node = m["node"]
-        if m["reporter"] != sender or node in (self.node, sender):
-            return [
-                Log.warning(
-                    "node monitor: dropped a malformed check_partial_partition", sender=sender
-                )
-            ]
-        if m["checker_c"] != self.creation:
-            return [
-                Log.info(
-                    "check_partial_partition for an old incarnation of us; ignored", sender=sender
-                )
-            ]
-        if node not in self._up or self._guids.get(node) != m["node_c"]:
-            return []  # it is down for us too (or restarted): a full partition, nothing to say
-        self._checks.setdefault(node, {})[sender] = (m["node_c"], m["reporter_c"])
-        if node in self._queried:
-            return []
-        self._queried.add(node)
-        return [self._send(node, "creation_query")]
-
-    def _on_creation_query(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        return [self._send(sender, "creation_reply", creation=self.creation)]
-
-    def _on_creation_reply(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        self._queried.discard(sender)
-        out: list[Effect] = []
-        for reporter, (node_c, reporter_c) in sorted(self._checks.pop(sender, {}).items()):
-            if m["creation"] != node_c or reporter not in self._up:
-                continue
-            out += [
-                Log.warning(
-                    "partial partition: the reporter saw the node down, we still see it",
-                    reporter=reporter,
-                    node=sender,
-                ),
-                self._send(
-                    reporter, "partial_partition", node=sender, proxy=self.node, creation=reporter_c
-                ),
-                # Ours: the node it cannot see learns it too (if the cut is both ways, as it
-                # checks on arrival), so both ends of the broken link act at once.
-                self._send(
-                    sender, "partial_partition", node=reporter, proxy=self.node, creation=node_c
-                ),
-            ]
-        if out:
-            self._partial = True
-            out += self._resolve_partial()
-        return out
-
-    def _on_partial_partition(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        node = m["node"]
-        if m["proxy"] != sender:
-            return [
-                Log.warning(
-                    "node monitor: dropped a partial_partition not sent by its proxy", sender=sender
-                )
-            ]
-        if m["creation"] != self.creation or node not in self._all:
-            return [
-                Log.info(
-                    "partial_partition for an old incarnation or a non-member; ignored",
-                    sender=sender,
-                )
-            ]
-        if node in self._up or sender not in self._up:
-            # RabbitMQ acts on it regardless; by now the picture has changed, so it is stale.
-            return [Log.info("partial_partition no longer holds; ignored", node=node, proxy=sender)]
-        if self._is_settling(node, now):
-            self._deferred.add(node)
-            return [
-                Log.info(
-                    "partial_partition put off: the node may still be reconnecting after a heal",
-                    node=node,
-                    proxy=sender,
-                    for_s=round(self._settling[node] - now, 3),
-                ),
-                *self._arm_settle_timer(now),
-            ]
-        out: list[Effect] = [
-            Log.warning(
-                "Partial partition detected: we saw DOWN from the node; we can still see the "
-                "proxy, which can see it",
-                node=node,
-                proxy=sender,
-            ),
-            Notify("partial_partition", node),
-        ]
-        self._partial = True
-        return out + self._resolve_partial()
-
-    def _on_partial_partition_disconnect(
-        self, sender: str, m: dict[str, Any], now: float
-    ) -> list[Effect]:
-        if m["node"] != sender:
-            return [
-                Log.warning(
-                    "node monitor: dropped a partial_partition_disconnect naming another node",
-                    sender=sender,
-                )
-            ]
-        if sender not in self._up:
-            return []
-        self._cut.add(sender)
-        self._cutting.add(sender)
-        return [
-            Log.warning("disconnecting at the peer's request (partial partition)", node=sender),
-            Disconnect(sender, self.disconnect_ban),
-        ]
-
-    def _on_view(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        entries: dict[str, View] = {}
-        for origin, raw in m["views"].items():
-            view = view_from_wire(raw)
-            if (
-                view is None
-                or not isinstance(origin, str)
-                or not 0 < len(origin) <= MAX_NAME
-                or len(view.seen) > MAX_LIST
-            ):
-                return [
-                    Log.warning(
-                        "node monitor: dropped a malformed view",
-                        sender=sender,
-                        origin=str(origin)[:80],
-                    )
-                ]
-            entries[origin] = view
-        current = {n: self._guids[n] for n in self._up if n in self._guids}
-        changed, bumped = self._views.merge(sender, entries, self._all, current)
-        if sender in entries and sender in self._up:
-            self._fresh.add(sender)
-        out: list[Effect] = []
-        if changed:
-            relay = self._views.wire(changed)
-            out += [
-                self._send(n, "view", views=relay) for n in sorted(self._connected() - {sender})
-            ]
-        if bumped:
-            own = self._views.wire({self.node: self._views.own})
-            out += [self._send(n, "view", views=own) for n in sorted(self._connected())]
-        return out
-
-    def _on_autoheal(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
+    def _on_autoheal(self, sender: str, m: dict[str, Any], now: float) -> list[NodeMonitorEffect]:
         holding = self.autoheal.holds_app
-        out = self.autoheal.handle(sender, m, self._ctx())
+        out: list[NodeMonitorEffect] = [*self.autoheal.handle(sender, m, self._ctx())]
         if not holding and self.autoheal.holds_app and self._app == "stopped":
             # Already stopped (paused by the mode): the winner must not wait for a stop.
             out.append(self._send(self.autoheal.winner or sender, "app_down"))
         return out
 
-    # ======================================================================= ephemeral members
-
-    def _on_ephemeral(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        """A message from an ephemeral node: its record (attach, refresh) or its leave."""
-        t = m["t"]
-        if t in ("node_up", "announce", "keepalive") and "node" in m:
-            if m["node"] != sender or sender not in self._up:
-                return []  # a record for another node, or from a link that has gone
-            out: list[Effect] = []
-            if self._eph.get(sender) != m["creation"] or sender in self._eph_down:
-                out.append(Log.info("ephemeral member up", node=sender))
-            self._eph[sender] = m["creation"]
-            self._eph_down.pop(sender, None)
-            if FORGET_TIMER + sender in self._timers:
-                self._timers.discard(FORGET_TIMER + sender)
-                out.append(CancelTimer(FORGET_TIMER + sender))
-            if t == "node_up":
-                out.append(self._send(sender, "announce", **self._ephemeral_record(sender)))
-            return out
-        if t == "left_cluster" and m["node"] == sender and sender in self._eph:
-            creation = self._eph[sender]
-            if m.get("c") != creation:  # a leave of an older (or forged) incarnation
-                return self._dropped_once(sender, "a leave from another incarnation", m)
-            out = self._forget_ephemeral(sender, "it left", now)
-            return out + self._broadcast("ephemeral_left", node=sender, creation=creation)
-        return []
-
-    def _on_ephemeral_left(self, sender: str, m: dict[str, Any], now: float) -> list[Effect]:
-        """Another core node saw an ephemeral member leave: so do we, if it is the same
-        incarnation (a restarted one under the same name stays)."""
-        node = m["node"]
-        if self._eph.get(node) != m["creation"]:
-            return []
-        return self._forget_ephemeral(node, f"it left ({sender} was told)", now)
-
-    def _ephemeral_down(self, node: str, now: float) -> list[Effect]:
-        if node not in self._eph or node in self._eph_down:
-            return []
-        self._eph_down[node] = now
-        self._timers.add(FORGET_TIMER + node)
-        return [
-            Log.info(
-                "ephemeral member down",
-                node=node,
-                forgotten_in=self.forget_ephemeral_after,
-            ),
-            SetTimer(FORGET_TIMER + node, self.forget_ephemeral_after),
-        ]
-
-    def _forget_ephemeral(self, node: str, why: str, now: float) -> list[Effect]:
-        if node not in self._eph:
-            return []
-        since = self._eph_down.pop(node, None)
-        del self._eph[node]
-        out: list[Effect] = []
-        if FORGET_TIMER + node in self._timers:
-            self._timers.discard(FORGET_TIMER + node)
-            out.append(CancelTimer(FORGET_TIMER + node))
-        down = {} if since is None else {"down_for": round(now - since, 3)}
-        return [*out, Log.info("ephemeral member forgotten: " + why, node=node, **down)]
-
-    def _dropped_once(self, sender: str, what: str, m: dict[str, Any]) -> list[Effect]:
-        """Log a dropped membership message once per sender and kind, then drop quietly."""
-        key = (sender, what)
-        if key in self._dropped_told:
-            return []
-        if len(self._dropped_told) >= 1024:
-            self._dropped_told.clear()
-        self._dropped_told.add(key)
-        return [
-            Log.warning("node monitor: dropped " + what, sender=sender, t=m.get("t"), c=m.get("c"))
-        ]
-
-    def _misnamed(self, sender: str) -> list[Effect]:
-        if sender in self._eph_misnamed:
-            return []
-        self._eph_misnamed.add(sender)
-        return [
-            Log.error(
-                "a core member says it is ephemeral; its messages are dropped. Give it back "
-                "role: core, or run `rabbitry cluster forget` for it on a core node first",
-                node=sender,
-            )
-        ]
-
-    def _ephemeral_record(self, peer: str) -> dict[str, Any]:
-        """What an ephemeral node follows: our members, running, and partition mode."""
-        return {
-            **self._peer_record(peer),
-            "members": sorted(self._all),  # and _peer_record's mode: the core's, to follow
-        }
-
-    def _tell_ephemerals(self) -> list[Effect]:
-        """An ephemeral node follows us: tell it whenever the members or our running changed."""
-        said = (tuple(sorted(self._all)), tuple(sorted(self._disc)), self._app)
-        if said == self._eph_said:
-            return []
-        self._eph_said = said
-        up = sorted(set(self._eph) - set(self._eph_down))
-        return [self._send(n, "announce", **self._ephemeral_record(n)) for n in up]
-
-    # ======================================================================= state helpers
-
-    def _others(self) -> set[str]:
-        return self._all - {self.node}
-
-    def _connected(self) -> set[str]:
-        return self._others() & set(self._up)
-
-    def _msg(self, t: str, **fields: Any) -> dict[str, Any]:
-        return {"t": t, "c": self.creation, "role": ROLE_CORE, **fields}
-
-    def _send(self, to: str, t: str, **fields: Any) -> Send:
-        return Send(to, self.NAME, self._msg(t, **fields))
-
-    def _broadcast(self, t: str, skip: str | None = None, **fields: Any) -> list[Effect]:
-        return [self._send(n, t, **fields) for n in sorted(self._connected()) if n != skip]
-
-    def _peer_record(self, peer: str) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "disc": self.node in self._disc,
-            "creation": self.creation,
-            "running": self._app in ("running", "stopping"),
-            "down": self._down_seen.get(peer),
-            "alarms": sorted(self._alarms.get(self.node, ())),
-            "mode": self.config.to_config(),
-        }
-
-    def _ctx(self) -> ah.Ctx:
-        return ah.Ctx(
-            node=self.node,
-            creation=self.creation,
-            name=self.NAME,
-            members=tuple(sorted(self._all)),
-            connected=frozenset(self._connected() & self._greeted),
-            partitions=frozenset(self._partitions),
-            weight=self._weight,
-        )
-
-    def _set_disc(self, node: str, disc: bool) -> None:
-        if disc:
-            self._disc.add(node)
-        else:
-            self._disc.discard(node)
-
-    def _set_alarms(self, node: str, resources: list[str]) -> None:
-        if resources:
-            self._alarms[node] = frozenset(resources)
-        else:
-            self._alarms.pop(node, None)
-
-    def _save(self) -> list[Effect]:
-        now = (tuple(sorted(self._all)), tuple(sorted(self._disc)), tuple(sorted(self._running)))
-        if now == self._saved:
-            return []
-        self._saved = now
-        return [SaveClusterStatus(*now)]
-
-    def _add_member(self, node: str, disc: bool) -> list[Effect]:
-        new = node not in self._all
-        self._all.add(node)
-        self._set_disc(node, disc)
-        if not new:
-            return []
-        out: list[Effect] = [Log.info("node joined the cluster", node=node, disc=disc)]
-        if node in self._up:  # tell it we run; its announce tells us whether it does
-            out.append(self._send(node, "node_up", **self._peer_record(node)))
-            out.append(self._send(node, "view", views=self._views.wire()))
-        else:
-            out.append(Connect(node))
-        return out
-
-    def _remove_member(self, node: str) -> list[Effect]:
-        out: list[Effect] = [Log.info("node left the cluster", node=node)]
-        out += self._gone(node, record=False)
-        for s in (self._all, self._disc, self._running, self._partitions, self._cut):
-            s.discard(node)
-        self._views.forget(node)
-        self._down_seen.pop(node, None)
-        self._settling.pop(node, None)
-        self._deferred.discard(node)
-        return out
-
-    def _gone(self, node: str, record: bool = True) -> list[Effect]:
-        """`node` is no longer reachable: RabbitMQ's handle_dead_rabbit and handle_dead_node."""
-        out: list[Effect] = []
-        if record and self._app != "stopped" and node in self._guids:
-            self._down_seen[node] = self._guids[node]
-        self._greeted.discard(node)
-        self._fresh.discard(node)
-        self._cutting.discard(node)
-        if node in self._running:
-            self._running.discard(node)
-            out.append(Notify("node_down", node))
-        self._alarms.pop(node, None)  # rabbit_alarm:on_node_down
-        self._checks.pop(node, None)
-        for pending in self._checks.values():
-            pending.pop(node, None)
-        self._queried.discard(node)
-        out += self.autoheal.node_down(node, self._ctx())
-        return out + self._save()
-
-    def _forget_incarnation(self, node: str) -> list[Effect]:
-        """`node` restarted: whatever we knew of the old incarnation is stale (heal state,
-        partitions with it, whom it saw, the cut we made)."""
-        out = self._gone(node, record=False)
-        self._partitions.discard(node)
-        self._down_seen.pop(node, None)
-        self._cut.discard(node)
-        self._views.forget(node)
-        self._guids.pop(node, None)
-        return out
-
-    # ======================================================================= partial partitions
-
-    def _check_partial_partition(self, node: str) -> list[Effect]:
-        """Ask every other connected member whose creation we know whether `node` is really
-        down (RabbitMQ sends to the running ones; our paused monitors still answer)."""
-        node_c = self._guids.get(node)
-        if node_c is None and node in self._views.others:
-            node_c = self._views.others[node].creation  # never connected: gossip knows it
-        if node_c is None:
-            return []
-        out: list[Effect] = []
-        for checker in sorted(self._connected() - {node}):
-            checker_c = self._guids.get(checker)
-            if checker_c is None:
-                continue
-            out.append(
-                self._send(
-                    checker,
-                    "check_partial_partition",
-                    node=node,
-                    reporter=self.node,
-                    node_c=node_c,
-                    checker_c=checker_c,
-                    reporter_c=self.creation,
-                )
-            )
-        return out
-
-    def _recheck_down(self, down: list[str]) -> list[Effect]:
-        """A member that stays down for us while a peer we see can see it is a partial
-        partition no nodedown will ever report (it began while we were cut off from everyone,
-        or before we booted, or while the link was still down from an earlier fault). RabbitMQ
-        never finds those. Where the answer is a pause (our part or the member's would not run:
-        always under pause_minority, under pause_if_all_down when one of the two parts holds
-        no preferred node) we check from the first ping round on, every 5th round: the answer
-        is at most a brief pause. Where it may be a cut (both parts would run), from the 10th
-        round, every 30th: while a partition heals, links come back one by one (after
-        reconnect bans), and those gaps must not be cut."""
-        parts = self._parts() if self.config.pauses else []
-        out: list[Effect] = []
-        for n in down:
-            ticks = self._down_ticks[n] = self._down_ticks.get(n, 0) + 1
-            pauses = bool(parts) and not (
-                self._part_runs(part_of(self.node, parts)) and self._part_runs(part_of(n, parts))
-            )
-            first, every = (1, 5) if pauses else (10, 30)
-            if ticks % every != first % every:
-                continue
-            if any(
-                n in self._views.others[p].seen
-                for p in self._connected()
-                if p in self._views.others
-            ):
-                out += self._check_partial_partition(n)
-        return out
-
-    def _is_settling(self, node: str, now: float) -> bool:
-        until = self._settling.get(node)
-        if until is None:
-            return False
-        if now < until:
-            return True
-        del self._settling[node]
-        return False
-
-    def _arm_settle_timer(self, now: float) -> list[Effect]:
-        """Fire when the earliest settle time is over: the decision is made again without
-        it, and a put-off partial partition is checked afresh."""
-        due = [until for until in self._settling.values() if until > now]
-        if not due or TIMER_HEAL_SETTLE in self._timers:
-            return []
-        self._timers.add(TIMER_HEAL_SETTLE)
-        return [SetTimer(TIMER_HEAL_SETTLE, max(min(due) - now, 0.0) + 1e-3)]
-
-    def _settled(self, now: float) -> list[Effect]:
-        """The settle time of some put-off partial partitions is over: the members still down
-        are checked afresh (RabbitMQ's check_partial_partition, with today's picture)."""
-        out: list[Effect] = []
-        for n in sorted(self._deferred):
-            if self._is_settling(n, now):
-                continue
-            self._deferred.discard(n)
-            if n not in self._up and n in self._all and n not in self._cut:
-                out.append(Log.info("heal settled; the node is still down: checking", node=n))
-                out += self._check_partial_partition(n)
-        return out + self._arm_settle_timer(now)
-
-    def _partial_in_sight(self) -> bool:
-        """Whether the nodes we can reach, directly or not, fail to all see each other."""
-        graph = self._views.graph(self._all)
-        component, todo = {self.node}, [self.node]
-        while todo:
-            for n in graph[todo.pop()]:
-                if n not in component:
-                    component.add(n)
-                    todo.append(n)
-        return any(len(graph[n] & component) != len(component) - 1 for n in component)
-
-    def _preferred(self) -> set[str]:
-        if self.config.mode != "pause_if_all_down":
-            return set()
-        return set(self.config.nodes) & self._all
-
-    def _parts(
-        self, assume: set[str] | None = None, physical: bool = False
-    ) -> list[frozenset[str]]:
-        graph = self._views.graph(self._all, assume or (), physical)
-        return decompose(graph, preferred=self._preferred(), paused=self._views.paused_nodes())
-
-    def _part_runs(self, part: frozenset[str]) -> bool:
-        """Whether the nodes of `part` keep their application under the current mode."""
-        if self.config.mode == "pause_minority":
-            return majority(part, self._all)
-        if self.config.mode == "pause_if_all_down":
-            preferred = self._preferred()
-            return not preferred or bool(part & preferred)
-        return True
-
-    def _should_cut(self, node: str, parts: list[frozenset[str]]) -> bool:
-        """A link is cut when it joins two different parts that both keep running (links to
-        paused nodes are harmless, so pause_minority never cuts)."""
-        if self.config.mode == "pause_minority":
-            return False
-        mine, theirs = part_of(self.node, parts), part_of(node, parts)
-        return node not in mine and self._part_runs(mine) and self._part_runs(theirs)
-
-    def _resolve_partial(self) -> list[Effect]:
-        """A partial partition is confirmed: make it a full one along the parts every node
-        computes alike (RabbitMQ: upgrade_to_full_partition from the proxy, on both sides)."""
-        parts = self._parts(physical=True)
-        out: list[Effect] = []
-        for n in sorted(self._connected()):
-            if self._should_cut(n, parts):
-                out += self._cut_link(n)
-        return out
-
-    def _cut_link(self, n: str) -> list[Effect]:
-        """upgrade_to_full_partition for one link: tell the peer, which disconnects at once,
-        and disconnect ourselves `disconnect_delay` later if it has not. (RabbitMQ disconnects
-        right after the cast, so the peer may never hear why, reconnect after the ban and be
-        cut again, for as long as the fault lasts.) Both ends then leave the link alone (no
-        pings) until `_review_cuts` finds the fault gone."""
-        self._cut.add(n)
-        self._cutting.add(n)
-        out: list[Effect] = [
-            Log.warning("upgrading the partial partition to a full one: disconnecting", node=n),
-            self._send(n, "partial_partition_disconnect", node=self.node),
-        ]
-        if self.disconnect_delay <= 0:
-            return [*out, Disconnect(n, self.disconnect_ban)]
-        key = CUT_TIMER + n
-        if key not in self._timers:
-            self._timers.add(key)
-            out.append(SetTimer(key, self.disconnect_delay))
-        return out
-
-    def _review_cuts(self) -> list[Effect]:
-        """Reconnect a cut link once it would no longer be cut if it were up: the fault that
-        made it cross two parts has healed. Until then it is not pinged, so it does not flap."""
-        self._cut &= self._others()
-        idle = self._cut - set(self._up)
-        # reconnected by the other side, and we have its view since: judge it afresh
-        back = (self._cut & self._fresh) - self._cutting
-        if not (idle or back):
-            return []
-        parts = self._parts(assume=idle | back, physical=True)
-        out: list[Effect] = []
-        for n in sorted(idle | back):
-            if self._should_cut(n, parts):
-                if n in back:
-                    out += self._cut_link(n)  # still faulty: it missed our request
-            else:
-                self._cut.discard(n)
-                out.append(Log.info("the partial partition is over: reconnecting", node=n))
-                if n in idle:
-                    out.append(Connect(n))
-        return out
-
     # ======================================================================= the decision
 
-    def _settle(self, now: float) -> list[Effect]:
+    def _settle(self, now: float) -> list[NodeMonitorEffect]:
         """Bring everything that derives from the state up to date, after every event."""
         self._now = now
         out = self._refresh_view()
         for n in [n for n, until in self._settling.items() if now >= until]:
             del self._settling[n]
-        if self._partial and not self._partial_in_sight():
+        if self._partial and not self.partials.partial_in_sight():
             self._partial = False
             out.append(Log.info("the partial partition is no longer in sight"))
         if self._want_autoheal:
             self._want_autoheal = False
             out += self._maybe_autoheal()
         out += self._decide()
-        out += self._review_cuts()
+        out += self.partials.review_cuts()
         out += self._refresh_view()
         out += self._clear_stale_partitions()
-        out += self._tell_ephemerals()
+        out += self.members.tell_ephemerals()
         return out + self._ensure_timers()
 
-    def _refresh_view(self, skip: str | None = None) -> list[Effect]:
+    def _refresh_view(self, skip: str | None = None) -> list[NodeMonitorEffect]:
         seen = self._connected() | {self.node}
         if not self._views.set_own(seen, self._paused, self._cut):
             return []
@@ -1173,7 +601,7 @@ class NodeMonitorCore:
         if mode not in ("pause_minority", "pause_if_all_down"):
             return False, ""
         reachable = frozenset(self._connected() | {self.node})
-        if not self._part_runs(reachable):
+        if not self.partials.part_runs(reachable):
             if mode == "pause_minority":
                 return True, (
                     f"pause_minority: {len(reachable)} of {len(self._all)} members reachable, "
@@ -1181,7 +609,7 @@ class NodeMonitorCore:
                 )
             return True, "pause_if_all_down: none of the preferred nodes is reachable"
         if self._paused:
-            stay, why = self._resume_check()
+            stay, why = self.partials.resume_check()
             if stay or not self._connected():  # alone: no views in flight to wait for
                 return stay, why
             since = self._now if held is None else held
@@ -1195,8 +623,8 @@ class NodeMonitorCore:
         # and whose view we have not had yet, count as linked to us: a running node does not
         # pause over a link whose reconnect may be on its way, or that has already happened.
         assume = set(self._settling) | (self._connected() - self._fresh)
-        mine = part_of(self.node, self._parts(assume=assume))
-        if self._part_runs(mine):
+        mine = part_of(self.node, self.partials.parts(assume=assume))
+        if self.partials.part_runs(mine):
             return False, ""
         since = self._now if held is None else held
         if self._now - since < self.decision_hold:
@@ -1209,30 +637,9 @@ class NodeMonitorCore:
             )
         return True, "pause_if_all_down: partial partition; no preferred node in this node's part"
 
-    def _resume_check(self) -> tuple[bool, str]:
-        """A paused node resumes once (issue 15): only when it has the current view of every
-        member it reaches, and its part of partitions.decompose may run: a strict majority
-        that is fully connected (or one holding a preferred node), not merely a majority it
-        reaches. While a heal brings links back one at a time, a node that reaches a majority
-        through one peer is still in a partial partition, and resuming there meant pausing
-        again a ping round later, when the check confirmed it (or pausing a running node on
-        the other side of the missing link). The running nodes form a clique, so the part
-        that wins holds all of them and only grows as links return: nobody running pauses,
-        and each paused node resumes once, when its last link to that part is back."""
-        waiting = sorted(self._connected() - self._fresh)
-        if waiting:
-            return True, f"resuming waits for the current views of {waiting}"
-        mine = part_of(self.node, self._parts())
-        if self._part_runs(mine):
-            return False, ""
-        return True, (
-            f"resuming waits for a full connection to a part that may run; this node's "
-            f"fully-connected part is {sorted(mine)}"
-        )
-
-    def _decide(self) -> list[Effect]:
+    def _decide(self) -> list[NodeMonitorEffect]:
         """Pause or resume from the current state alone; nothing in flight can block it."""
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         pause, why = self._mode_pause()
         if self._booting:
             if pause:
@@ -1256,32 +663,17 @@ class NodeMonitorCore:
             )
         return out + told
 
-    def _maybe_autoheal(self) -> list[Effect]:
+    def _maybe_autoheal(self) -> list[NodeMonitorEffect]:
         """rabbit_node_monitor:maybe_autoheal: only once every member is connected (and has
         told us, by node_up, whether it saw us down: else the partitions are not all known)."""
         if not (self.config.autoheal and self._partitions):
             return []
         if self._others() - (set(self._up) & self._greeted):
             return []
-        return self.autoheal.maybe_start(self._ctx())
+        return [*self.autoheal.maybe_start(self._ctx())]
 
-    def _clear_stale_partitions(self) -> list[Effect]:
-        """RabbitMQ #17319: in the pause modes (not recovering by autoheal), once every member
-        is up and fully connected, recorded partitions are stale: the losing side paused."""
-        if not self._partitions or not self.config.pauses or self.config.autoheal:
-            return []
-        if self._others() - set(self._up) or not is_fully_connected(self._views.graph(self._all)):
-            return []
-        cleared = sorted(self._partitions)
-        self._partitions.clear()
-        return [
-            Log.info(
-                "partitions cleared: every member is up and fully connected", partitions=cleared
-            )
-        ]
-
-    def _ensure_timers(self) -> list[Effect]:
-        out: list[Effect] = []
+    def _ensure_timers(self) -> list[NodeMonitorEffect]:
+        out: list[NodeMonitorEffect] = []
         down = self._others() - set(self._up) - self._cut
         wanted = {
             TIMER_PING: (bool(down), self.down_ping_interval),

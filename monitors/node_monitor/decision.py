@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitors.effects import CancelTimer, Effect, Log, SetTimer
-from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp
+from monitors.effects import CancelTimer, Log, SetTimer
+from monitors.node_monitor.effects import NodeMonitorEffect, Notify, PauseApp, ResumeApp
 
 
-def pause(app: str, node: str, why: str) -> tuple[str, list[Effect]]:
+def pause(app: str, node: str, why: str) -> tuple[str, list[NodeMonitorEffect]]:
     """The application's state after a decision to pause (a running or starting application
     is stopping), and the effects: the log line, PauseApp and the "paused" notification."""
     if app in ("running", "starting"):
@@ -28,7 +28,7 @@ def pause(app: str, node: str, why: str) -> tuple[str, list[Effect]]:
 
 def resume(
     app: str, node: str, reason: str, *, first: bool = False, **log_fields: Any
-) -> tuple[str, list[Effect]]:
+) -> tuple[str, list[NodeMonitorEffect]]:
     """The application's state after a decision to resume (a stopped or stopping application
     is starting), and the effects: the log line, ResumeApp and the "resumed" notification.
     `first`: the application was held at boot and never ran, so it starts, not resumes."""
@@ -41,10 +41,10 @@ def resume(
     ]
 
 
-def sync_timers(timers: set[str], wanted: dict[str, tuple[bool, float]]) -> list[Effect]:
+def sync_timers(timers: set[str], wanted: dict[str, tuple[bool, float]]) -> list[NodeMonitorEffect]:
     """Arm each timer in `wanted` (key -> (needed, after seconds)) that is needed and not armed,
     cancel each that is armed and no longer needed; `timers` (the armed keys) is updated."""
-    out: list[Effect] = []
+    out: list[NodeMonitorEffect] = []
     for key, (needed, after) in wanted.items():
         if needed and key not in timers:
             timers.add(key)

@@ -43,11 +43,11 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from monitors.effects import Connect, Effect, Log, Send
+from monitors.effects import Connect, Log, Send
 from monitors.node_monitor import decision
 from monitors.node_monitor.config import PartitionHandling
-from monitors.node_monitor.effects import PauseApp
-from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, problem
+from monitors.node_monitor.effects import NodeMonitorEffect, PauseApp
+from monitors.node_monitor.messages import MAX_LIST, MAX_NAME, VERSION, problem
 from monitors.node_monitor.partitions import majority
 from monitors.node_monitor.status import ClusterStatus
 from monitors.retry_log import RetryBackoff
@@ -154,7 +154,9 @@ class EphemeralMonitorCore:
 
     def cluster_status(self) -> ClusterStatus:
         core = self.core_members()
-        return ClusterStatus(all=core, disc=self._disc & core, running=self._running & core)
+        return ClusterStatus(
+            all=tuple(core), disc=tuple(self._disc & core), running=tuple(self._running & core)
+        )
 
     def ephemeral_members(self) -> tuple[list[str], list[str]]:
         """(up, down) ephemeral members this node knows: itself, on an ephemeral node."""
@@ -162,11 +164,11 @@ class EphemeralMonitorCore:
 
     # ======================================================================= events
 
-    def start(self, now: float) -> list[Effect]:
+    def start(self, now: float) -> list[NodeMonitorEffect]:
         if self._started:
             return [Log.warning("node monitor: start called twice; ignored")]
         self._started = True
-        out: list[Effect] = [
+        out: list[NodeMonitorEffect] = [
             Log.info(
                 "node monitor started as an ephemeral member",
                 node=self.node,
@@ -179,12 +181,12 @@ class EphemeralMonitorCore:
         out += [Connect(n) for n in sorted(self.core_members())]
         return out + self._settle(now)
 
-    def nodeup(self, node: str, creation: int, now: float) -> list[Effect]:
+    def nodeup(self, node: str, creation: int, now: float) -> list[NodeMonitorEffect]:
         if node == self.node:
             return []
         prev = self._up.get(node)
         self._up[node] = creation
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if prev is not None and prev != creation:
             out += self._lost(node)
         if node not in self.core_members() and node not in self._seeds:
@@ -193,17 +195,17 @@ class EphemeralMonitorCore:
         out.append(self._send(node, "node_up", **self._record()))
         return out + self._settle(now)
 
-    def nodedown(self, node: str, reason: str, now: float) -> list[Effect]:
+    def nodedown(self, node: str, reason: str, now: float) -> list[NodeMonitorEffect]:
         if node == self.node or node not in self._up:
             return []
         del self._up[node]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if node in self.core_members():
             out.append(Log.warning("core member down", node=node, reason=reason))
         out += self._lost(node)
         return out + self._settle(now)
 
-    def receive(self, sender: str, msg: Any, now: float) -> list[Effect]:
+    def receive(self, sender: str, msg: Any, now: float) -> list[NodeMonitorEffect]:
         bad = problem(msg)
         if bad:
             return [Log.warning("node monitor: dropped a bad message", sender=sender, problem=bad)]
@@ -218,11 +220,11 @@ class EphemeralMonitorCore:
             return []  # views, autoheal, partial partitions: core business, not ours
         return out + self._settle(now)
 
-    def timer(self, key: str, now: float, data: Any = None) -> list[Effect]:
+    def timer(self, key: str, now: float, data: Any = None) -> list[NodeMonitorEffect]:
         if key not in self._timers:
             return []
         self._timers.discard(key)
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if key == TIMER_PING:
             out += [Connect(n) for n in sorted(self._down_core())]
         elif key == TIMER_KEEPALIVE:
@@ -230,9 +232,9 @@ class EphemeralMonitorCore:
                 out.append(self._send(n, "keepalive", **self._record()))
         return out + self._settle(now)
 
-    def app_stopped(self, now: float) -> list[Effect]:
+    def app_stopped(self, now: float) -> list[NodeMonitorEffect]:
         self._app = "stopped"
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if self._restart:
             self._restart = False
             out.append(Log.info("application stopped: it starts again with a running member"))
@@ -240,33 +242,33 @@ class EphemeralMonitorCore:
         out += self._tell_core()
         return out + self._settle(now)
 
-    def app_started(self, now: float) -> list[Effect]:
+    def app_started(self, now: float) -> list[NodeMonitorEffect]:
         self._app = "running"
         return self._tell_core() + self._settle(now)
 
     def set_weight(self, n: int) -> None:
         """No autoheal weight: an ephemeral node is never part of the winner's choice."""
 
-    def joined_cluster(self, node: str, disc: bool, now: float) -> list[Effect]:
+    def joined_cluster(self, node: str, disc: bool, now: float) -> list[NodeMonitorEffect]:
         """`rabbitry cluster join` on an ephemeral node: attach to `node` (a core member);
         its members come with its announce. Nothing is persisted."""
         if node == self.node:
             return []
         self._left = False
         self._seeds.add(node)
-        out: list[Effect] = [Log.info("attaching to a core member", node=node)]
+        out: list[NodeMonitorEffect] = [Log.info("attaching to a core member", node=node)]
         if node in self._up:
             out.append(self._send(node, "node_up", **self._record()))
         else:
             out.append(Connect(node))
         return out + self._settle(now)
 
-    def left_cluster(self, node: str, now: float) -> list[Effect]:
+    def left_cluster(self, node: str, now: float) -> list[NodeMonitorEffect]:
         """Leave (also on a graceful stop): the core members are told and forget us at once.
         For another node's name it is nothing to us: the core keeps its own membership."""
         if node != self.node:
             return []
-        out: list[Effect] = [
+        out: list[NodeMonitorEffect] = [
             self._send(n, "left_cluster", node=self.node) for n in sorted(self._reach())
         ]
         out.append(Log.info("left the core: no longer attached"))
@@ -277,7 +279,7 @@ class EphemeralMonitorCore:
         self._greeted.clear()
         return out + self._settle(now)
 
-    def set_alarm(self, resource: str, active: bool, now: float) -> list[Effect]:
+    def set_alarm(self, resource: str, active: bool, now: float) -> list[NodeMonitorEffect]:
         """Kept for this node's status only: an ephemeral node's alarms do not block the core."""
         if not isinstance(resource, str) or not 0 < len(resource) <= MAX_NAME:
             return [Log.warning("set_alarm: bad resource name", resource=repr(resource)[:80])]
@@ -291,7 +293,7 @@ class EphemeralMonitorCore:
 
     # ======================================================================= messages
 
-    def _on_record(self, sender: str, m: dict[str, Any], reply: bool) -> list[Effect]:
+    def _on_record(self, sender: str, m: dict[str, Any], reply: bool) -> list[NodeMonitorEffect]:
         if m["node"] != sender:
             return [
                 Log.warning("node monitor: dropped a record naming another node", sender=sender)
@@ -307,7 +309,7 @@ class EphemeralMonitorCore:
                     )
                 ]
             return []
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         old = self._guids.get(sender)
         if old is not None and old != m["creation"]:
             out += self._lost(sender)  # it restarted: whatever we ran with it is gone
@@ -331,7 +333,7 @@ class EphemeralMonitorCore:
             out.append(self._send(sender, "announce", **self._record()))
         return out
 
-    def _stopped_running(self, sender: str) -> list[Effect]:
+    def _stopped_running(self, sender: str) -> list[NodeMonitorEffect]:
         self._running.discard(sender)
         if self._follow == sender:
             self._follow = None
@@ -340,7 +342,7 @@ class EphemeralMonitorCore:
                 return [Log.info("the core member we follow stopped its application", node=sender)]
         return []
 
-    def _follow_mode(self, sender: str, mode: Any) -> list[Effect]:
+    def _follow_mode(self, sender: str, mode: Any) -> list[NodeMonitorEffect]:
         """The core's partition handling wins over ours; a different local one is said once."""
         if mode is None:
             return []
@@ -354,7 +356,7 @@ class EphemeralMonitorCore:
                     problem=str(exc)[:200],
                 )
             ]
-        out: list[Effect] = []
+        out: list[NodeMonitorEffect] = []
         if core_mode != self._local_config and not self._mode_told:
             self._mode_told = True
             out.append(
@@ -369,7 +371,7 @@ class EphemeralMonitorCore:
         self.config = core_mode
         return out
 
-    def _lost(self, node: str) -> list[Effect]:
+    def _lost(self, node: str) -> list[NodeMonitorEffect]:
         """The link to `node` went or it restarted."""
         self._greeted.discard(node)
         self._guids.pop(node, None)
@@ -377,7 +379,7 @@ class EphemeralMonitorCore:
 
     # ======================================================================= the decision
 
-    def _settle(self, now: float) -> list[Effect]:
+    def _settle(self, now: float) -> list[NodeMonitorEffect]:
         return self._decide() + self._alone_log(now) + self._ensure_timers()
 
     def _reach(self) -> set[str]:
@@ -419,7 +421,7 @@ class EphemeralMonitorCore:
             return False, f"{mode}: no running core member reachable"
         return True, ""
 
-    def _decide(self) -> list[Effect]:
+    def _decide(self) -> list[NodeMonitorEffect]:
         run, why = self._may_run()
         if run != self._paused:
             return []
@@ -434,7 +436,7 @@ class EphemeralMonitorCore:
             )
         return out
 
-    def _alone_log(self, now: float) -> list[Effect]:
+    def _alone_log(self, now: float) -> list[NodeMonitorEffect]:
         """While no core member is reachable: one line per back-off step (monitors/retry_log),
         counted in ping rounds; then one line when the core is reached again."""
         if self._reach() or self._left:
@@ -456,7 +458,7 @@ class EphemeralMonitorCore:
             )
         ]
 
-    def _ensure_timers(self) -> list[Effect]:
+    def _ensure_timers(self) -> list[NodeMonitorEffect]:
         ping = self._started and bool(self._down_core())
         wanted = {
             # the delay is drawn only when the timer is armed (once per ping round)
@@ -494,8 +496,12 @@ class EphemeralMonitorCore:
             "role": ROLE_EPHEMERAL,
         }
 
-    def _tell_core(self) -> list[Effect]:
+    def _tell_core(self) -> list[NodeMonitorEffect]:
         return [self._send(n, "announce", **self._record()) for n in sorted(self._reach())]
 
     def _send(self, to: str, t: str, **fields: Any) -> Send:
-        return Send(to, self.NAME, {"t": t, "c": self.creation, "role": ROLE_EPHEMERAL, **fields})
+        return Send(
+            to,
+            self.NAME,
+            {"v": VERSION, "t": t, "c": self.creation, "role": ROLE_EPHEMERAL, **fields},
+        )

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Every message a node monitor sends carries "v": VERSION. A message without "v" is read as
+# version 1: the monitors from before versioned messages sent none, and a rolling upgrade
+# has them in the cluster. Any other version is dropped (its fields may mean other things).
+VERSION = 1
 MAX_NAME = 255  # a node name or alarm resource
 MAX_LIST = 1024  # nodes in a list, views in a view message
 ROLES = ("core", "ephemeral")  # every message says its sender's role (`role`) and creation (`c`)
@@ -108,6 +112,8 @@ def problem(msg: Any) -> str | None:
     """What is wrong with `msg`, or None if it is a well-formed node monitor message."""
     if not isinstance(msg, dict):
         return f"expected a JSON object, got {type(msg).__name__}"
+    if msg.get("v", VERSION) != VERSION:
+        return f"unsupported message version {msg.get('v')!r} (expected {VERSION}, or none)"
     t = msg.get("t")
     if not isinstance(t, str):
         return "no message type (key 't')"

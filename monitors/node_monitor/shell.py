@@ -132,7 +132,7 @@ class NodeMonitor(Process):
             status = read_cluster_status(self.data_dir, node)
             if status is None:
                 nodes = sorted({node, *self._initial_nodes})
-                status = ClusterStatus(all=nodes, disc=nodes, running=[node])
+                status = ClusterStatus(all=tuple(nodes), disc=tuple(nodes), running=(node,))
             self.core = NodeMonitorCore(
                 node,
                 self.kernel.creation,

@@ -68,6 +68,7 @@ def test_nodeup_sends_node_up_and_views() -> None:
     (up,) = sends(out, "node_up", B)
     assert up.name == NodeMonitorCore.NAME
     assert up.msg == {
+        "v": 1,  # versioned JSON (DESIGN rule 4); peers without "v" are still read
         "t": "node_up",
         "c": CREATION[A],
         "role": "core",  # every membership message says its sender's role and creation
@@ -128,6 +129,7 @@ def test_nodedown_logs_reason_checks_partial_partition_and_notifies() -> None:
     (check,) = sends(out, "check_partial_partition")
     assert check.node == C
     assert check.msg == {
+        "v": 1,
         "t": "check_partial_partition",
         "c": CREATION[A],
         "role": "core",
@@ -176,6 +178,7 @@ def test_checker_asks_the_down_node_then_confirms_to_the_reporter() -> None:
     out = c.receive(B, {"t": "creation_reply", "c": CREATION[B], "creation": CREATION[B]}, 1.1)
     (pp,) = sends(out, "partial_partition", A)
     assert pp.msg | {"c": 0} == {
+        "v": 1,
         "t": "partial_partition",
         "c": 0,
         "role": "core",
@@ -544,6 +547,8 @@ BAD: list[Any] = [
     {},
     {"t": 3},
     {"t": "nonsense"},
+    {"v": 2, "t": "alarm", "resources": []},  # a version this node cannot read
+    {"v": "1", "t": "alarm", "resources": []},
     {"t": "node_up"},
     {
         "t": "node_up",
