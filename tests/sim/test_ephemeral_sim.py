@@ -38,6 +38,7 @@ def test_the_generator_covers_churn_and_core_faults() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # ~25 s of CPU: minutes when the other worker's nodes load the cores
 def test_two_hundred_executors_on_a_core_of_three() -> None:
     """Scale (issue 26): 200 ephemeral members with churn against 3 core nodes, one schedule
     (about 25 s of CPU; `RABBITRY_SIM_EPHEMERAL_MANY=N` runs N seeds)."""
