@@ -177,6 +177,7 @@ class DemoStack:
         return f"{chr(ord('a') + index)}@{HOST}"
 
     def _start_cores(self) -> None:
+        from monitors.dist.name_lock import LOCK_DIR_ENV
         from rabbitry.testing.launcher import Launcher, NodeSpec
 
         names = [self.core_name(i) for i in range(self.cores)]
@@ -203,7 +204,10 @@ class DemoStack:
             path.write_text(json.dumps(config, indent=2))
             os.chmod(path, 0o600)  # it holds the cookie inline
             argv = [sys.executable, "-m", "rabbitry", "node", "start", "--config", str(path)]
-            specs.append(NodeSpec(name, argv, ready_timeout=60.0))
+            # The stack's names are private to it (its own cookie): its own name locks, so a
+            # cluster of the README's a, b, c@127.0.0.1 on this host does not refuse it
+            locks = {LOCK_DIR_ENV: str(self.root / "name-locks")}
+            specs.append(NodeSpec(name, argv, ready_timeout=60.0, env=locks))
         self.launcher = Launcher(grace=10.0)
         self.launcher.start(*specs)
         deadline = time.monotonic() + 30

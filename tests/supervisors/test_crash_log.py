@@ -54,7 +54,10 @@ def _tracebacks(caplog: Any, level: int) -> list[logging.LogRecord]:
 
 
 def test_the_traceback_once_per_site_and_a_line_per_crash(sup: Any, caplog: Any) -> None:
-    caplog.set_level(logging.DEBUG)
+    # the named loggers too: a CLI test in the same worker may have set pykka's to WARNING
+    # (rabbitry.cli.configure_logging), and the root's level does not lower a logger's own
+    for name in (None, "pykka", "supervisors"):
+        caplog.set_level(logging.DEBUG, logger=name)
     for n in range(1, 4):
         _crash(sup, "boom", caplog, n)
     crashed = reports(caplog, "child_crashed")
@@ -67,7 +70,10 @@ def test_the_traceback_once_per_site_and_a_line_per_crash(sup: Any, caplog: Any)
 
 
 def test_a_deliberate_crash_is_not_an_incident(sup: Any, caplog: Any) -> None:
-    caplog.set_level(logging.DEBUG)
+    # the named loggers too: a CLI test in the same worker may have set pykka's to WARNING
+    # (rabbitry.cli.configure_logging), and the root's level does not lower a logger's own
+    for name in (None, "pykka", "supervisors"):
+        caplog.set_level(logging.DEBUG, logger=name)
     _crash(sup, "purpose", caplog, 1)
     [line] = [r for r in caplog.records if getattr(r, "report", {}).get("event") == "child_crashed"]
     assert line.levelno == logging.INFO and "deliberate=True" in line.getMessage()
