@@ -31,11 +31,18 @@ master file) and the time from the kill to the pipeline claiming again: the new 
 count growing by more than one batch past what it held at the kill (polled every 5 ms).
 
     python benchmarks/spark.py [--messages 200000] [--rounds 3] [--partitions 16] [--profile]
+        [--part all|throughput|claims|recovery] [--json]
+
+--json (with --part throughput): the last line printed is one JSON object for checking from
+outside: {"ours": embedded msg/s, "baseline": the limit's msg/s in the same run, "ratio":
+ours/baseline, "unit": "msg/s", ...} with the load averages at start and end; on a failure,
+the same object with "error" (and null figures) instead of a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -78,7 +85,9 @@ def _plain_session() -> Any:
     return spark
 
 
-def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> None:
+def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The embedded job against the limit (and the JVM-only floors), rounds alternating.
+    Returns the figures for --json."""
     master = stack.redis_master()
     assert master is not None
     runs: dict[str, list[float]] = {k: [] for k in ("embedded", "limit", "plain", *JVM_ONLY)}
@@ -151,6 +160,18 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
             f"plain SET NX (no rabbitry) {data.messages / plain:,.0f} msg/s ({plain:.2f} s); "
             f"ratio embedded/plain = {plain / embedded:.2f}"
         )
+    return {
+        "ours": round(data.messages / embedded, 1),
+        "baseline": round(data.messages / limit, 1),
+        "ratio": round(limit / embedded, 4),
+        "unit": "msg/s",
+        "what": "exactly-once pipeline (embedded) over the same job without claims (limit)",
+        "messages": data.messages,
+        "rounds": args.rounds,
+        "seconds": {"embedded": round(embedded, 3), "limit": round(limit, 3)},
+        "spark_alone": round(data.messages / alone, 1),
+        "skeleton": round(data.messages / skeleton, 1),
+    }
 
 
 def _spark_alone(spark: Any, data: Any, out: Path, partitions: int) -> float:
@@ -376,8 +397,36 @@ def main() -> None:
     parser.add_argument(
         "--part", choices=("all", "throughput", "claims", "recovery"), default="all"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the throughput figures as one JSON object, the last line (needs the"
+        " throughput part)",
+    )
     args = parser.parse_args()
+    if args.json and args.part not in ("all", "throughput"):
+        parser.error("--json reports the throughput part: use --part throughput (or all)")
     logging.basicConfig(level=logging.ERROR)
+    load_start = _load()
+    result: dict[str, Any] = {}
+    try:
+        _run(args, result)
+    except Exception as exc:  # with --json, the object still comes out, with the error
+        if not args.json:
+            raise
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    if args.json:
+        empty = {"ours": None, "baseline": None, "ratio": None, "unit": "msg/s"}
+        result = {**empty, **result, "load_start": load_start, "load_end": _load()}
+        print(json.dumps(result), flush=True)
+
+
+def _load() -> list[float]:
+    """The 1, 5 and 15 min load averages, printed with every figure (shared machines)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="rabbitry-bench-spark-") as tmp:
         work = Path(tmp)
         data = generate_messages(work / "in.jsonl", args.messages)
@@ -387,7 +436,7 @@ def main() -> None:
             if args.part in ("all", "claims"):
                 claims_alone(stack, args)
             if args.part in ("all", "throughput"):
-                throughput(stack, data, work, args)
+                result.update(throughput(stack, data, work, args))
             if args.part in ("all", "recovery"):
                 recovery(stack, data, work, args)
         finally:
