@@ -27,7 +27,7 @@ claim thread apart: where an executor's Python time goes.
 
 Then the recovery figure: a run on the embedded stack where the Redis master is SIGKILLed
 once claiming has begun. Printed: the failover time (kill -> the new master in this host's
-master file) and the time from the kill to the pipeline claiming again: the new master's key
+master file) and the time from the kill to the pipeline claiming again: the new master's claim
 count growing by more than one batch past what it held at the kill (polled every 5 ms).
 
     python benchmarks/spark.py [--messages 200000] [--rounds 3] [--partitions 16] [--profile]
@@ -90,7 +90,9 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
     Returns the figures for --json."""
     master = stack.redis_master()
     assert master is not None
-    runs: dict[str, list[float]] = {k: [] for k in ("embedded", "limit", "plain", *JVM_ONLY)}
+    runs: dict[str, list[float]] = {
+        k: [] for k in ("embedded", "limit", "keys", "plain", *JVM_ONLY)
+    }
     n = 0
 
     def options(kind: str, **extra: Any) -> PipelineOptions:
@@ -103,6 +105,7 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
             overwrite=True,
             plain_redis=master if kind == "plain" else None,
             no_claims=kind == "limit",
+            claim_layout="keys" if kind == "keys" else "hash",
             **extra,
         )
 
@@ -126,7 +129,7 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
 
     spark = stack.start_spark()
     stack.warm_up(executors=2)
-    measure(spark, ("embedded", "limit", *JVM_ONLY))
+    measure(spark, ("embedded", "limit", *(("keys",) if args.keys else ()), *JVM_ONLY))
     if args.profile:
         for kind in ("embedded", "limit"):
             folder = work / f"profile-{kind}"
@@ -151,6 +154,13 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
         f"the limit's Spark jobs without its Python pass {data.messages / skeleton:,.0f} lines/s"
         f" ({skeleton:.2f} s); ratio limit/skeleton = {skeleton / limit:.2f}"
     )
+    if args.keys:
+        keys = statistics.median(runs["keys"])
+        print(
+            f"embedded with a key per claim (the layout before the claim hash)"
+            f" {data.messages / keys:,.0f} msg/s ({keys:.2f} s); ratio keys/limit ="
+            f" {limit / keys:.2f}; hash/keys = {keys / embedded:.2f}"
+        )
     if args.plain:
         spark = _plain_session()
         measure(spark, ("plain",))
@@ -170,6 +180,11 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
         "rounds": args.rounds,
         "seconds": {"embedded": round(embedded, 3), "limit": round(limit, 3)},
         "spark_alone": round(data.messages / alone, 1),
+        **(
+            {"keys_layout": round(data.messages / statistics.median(runs["keys"]), 1)}
+            if args.keys
+            else {}
+        ),
         "skeleton": round(data.messages / skeleton, 1),
     }
 
@@ -325,17 +340,23 @@ def claims_alone(stack: DemoStack, args: argparse.Namespace) -> None:
     )
 
 
-def _dbsize(address: str) -> int:
+def _claims(address: str, run_id: str) -> int:
+    """The claims of the run on this Redis: the fields of its claim hash."""
     import redis
 
+    from rabbitry.spark.claims import claim_hash_key
+
     host, _, port = address.rpartition(":")
-    return int(redis.Redis(host=host, port=int(port), socket_timeout=1).dbsize())
+    return int(
+        redis.Redis(host=host, port=int(port), socket_timeout=1).hlen(claim_hash_key(run_id))
+    )
 
 
 def recovery(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> None:
     """Kill the master once claiming has begun; time the switch in the master file, and the
-    first new claims on the new master: its key count (frozen while it was a replica cut off
-    from its dead master) grows past what it had at the kill by more than one batch."""
+    first new claims on the new master: its count of the run's claims (frozen while it was a
+    replica cut off from its dead master) grows past what it had at the kill by more than one
+    batch."""
     spark = stack.start_spark()
     stack.warm_up(executors=2)
     _timed(spark, data, work / "warm", PipelineOptions(partitions=args.partitions, overwrite=True))
@@ -348,7 +369,7 @@ def recovery(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) 
             time.sleep(0.01)
         old = stack.redis_master()
         assert stack.redis is not None and old is not None
-        before = {a: _dbsize(a) for a in stack.redis.addresses if a != old}
+        before = {a: _claims(a, run_id) for a in stack.redis.addresses if a != old}
         stack.kill_redis_master()
         marks["killed"] = time.monotonic()
         while stack.redis_master() in (old, None):
@@ -357,13 +378,14 @@ def recovery(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) 
         new = stack.redis_master()
         assert new is not None
         deadline = time.monotonic() + 60
-        while _dbsize(new) <= before[new] + batch and time.monotonic() < deadline:
+        while _claims(new, run_id) <= before[new] + batch and time.monotonic() < deadline:
             time.sleep(0.005)
         marks["claiming"] = time.monotonic()
 
+    run_id = f"rec-{time.time_ns()}"
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    opts = PipelineOptions(partitions=args.partitions, run_id=f"rec-{time.time_ns()}")
+    opts = PipelineOptions(partitions=args.partitions, run_id=run_id)
     summary = run_pipeline(
         spark, str(data.path), str(work / "rec"), opts, on_progress=progress.update
     )
@@ -394,6 +416,11 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="profile the executors' Python")
     parser.add_argument("--plain", action="store_true", help="also plain SET NX, no rabbitry")
     parser.add_argument("--batch", type=int, default=PipelineOptions().batch)
+    parser.add_argument(
+        "--keys",
+        action="store_true",
+        help="also the embedded job with a key per claim (the claim layout before the hash)",
+    )
     parser.add_argument(
         "--part", choices=("all", "throughput", "claims", "recovery"), default="all"
     )
