@@ -311,12 +311,12 @@ def claims_alone(stack: DemoStack, args: argparse.Namespace) -> None:
     count = args.messages
     ids = [f"claim-{n:08d}" for n in range(count)]
 
-    def run(wait: int, clients: int) -> float:
+    def run(wait: int, clients: int, layout: str = "hash") -> float:
         tag = f"alone-{time.time_ns()}"
 
         def one(part: list[str], index: int) -> None:
             client = FailoverRedis(str(stack.master_file), system=SYSTEM, wait_replicas=wait)
-            claimer = Claimer(client, tag, f"{tag}:{index}", batch=args.batch)
+            claimer = Claimer(client, tag, f"{tag}:{index}", batch=args.batch, layout=layout)
             for start in range(0, len(part), args.batch):
                 claimer.claim_ids(part[start : start + args.batch])
             client.close()
@@ -330,13 +330,25 @@ def claims_alone(stack: DemoStack, args: argparse.Namespace) -> None:
             thread.join()
         return count / (time.monotonic() - started)
 
-    one_wait = run(1, 1)
-    two_wait = run(1, 2)
-    no_wait = run(0, 1)
+    # the two layouts alternate, so drift in the machine's load hits both alike
+    hashed: dict[str, list[float]] = {"one": [], "two": [], "none": []}
+    keyed: dict[str, list[float]] = {"one": [], "two": [], "none": []}
+    for _ in range(args.rounds):
+        for layout, into in (("hash", hashed), ("keys", keyed)):
+            into["one"].append(run(1, 1, layout))
+            into["two"].append(run(1, 2, layout))
+            into["none"].append(run(0, 1, layout))
+    for layout, got in (("hash", hashed), ("keys", keyed)):
+        one_wait, two_wait, no_wait = (statistics.median(got[k]) for k in ("one", "two", "none"))
+        print(
+            f"claims alone (no Spark), layout {layout}, batches of {args.batch}: {one_wait:,.0f}"
+            f" claims/s from one client with WAIT 1, {two_wait:,.0f} from two at once;"
+            f" {no_wait:,.0f} without WAIT (ratio WAIT/no WAIT = {one_wait / no_wait:.2f})"
+        )
+    ratio = statistics.median(hashed["one"]) / statistics.median(keyed["one"])
     print(
-        f"claims alone (no Spark), batches of {args.batch}: {one_wait:,.0f} claims/s from one"
-        f" client with WAIT 1, {two_wait:,.0f} from two at once; {no_wait:,.0f} without WAIT"
-        f" (ratio WAIT/no WAIT = {one_wait / no_wait:.2f})"
+        f"  ratio hash/keys, one client with WAIT = {ratio:.2f}"
+        f"  [load average {os.getloadavg()[0]:.2f}]"
     )
 
 
