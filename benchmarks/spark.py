@@ -458,6 +458,8 @@ def main() -> None:
         empty = {"ours": None, "baseline": None, "ratio": None, "unit": "msg/s"}
         result = {**empty, **result, "load_start": load_start, "load_end": _load()}
         print(json.dumps(result), flush=True)
+        if "error" in result:
+            raise SystemExit(1)
 
 
 def _load() -> list[float]:
