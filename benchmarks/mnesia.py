@@ -43,6 +43,12 @@
    record, as a put does. Each line gives the CPU time per operation of every process
    involved, and ours the fsyncs and socket writes per transaction in this process.
 
+--json (with --part etcd and one client count, given as --clients N or --etcd-clients N): the
+last line printed is one JSON object for checking from outside: {"ours": our tx/s (the first
+layout run, "1 process" by default), "baseline": etcd put/s in the same run, "ratio":
+ours/baseline, "unit": "tx/s", ...} with p99s, CPU per operation, every layout and the load
+averages; if etcd cannot be had or the run fails, the same object with "error" instead.
+
 Parts: appends, load, tx, dirty, etcd (default: all but etcd). Ratios are ours/Redis (our aim >= 1.0: the issue names Redis as the baseline, no goal).
 
 Usage: python benchmarks/mnesia.py [--quick] [--part appends|load|tx|dirty] [--rounds 3]
@@ -691,6 +697,10 @@ LAYOUTS = {
 }
 
 
+class EtcdMissing(RuntimeError):
+    """etcd is not on PATH and could not be installed: the etcd part cannot run."""
+
+
 def bench_etcd(
     root: Path,
     *,
@@ -700,14 +710,15 @@ def bench_etcd(
     wread: bool = False,
     blind: bool = False,
     layouts: list[str] | None = None,
-) -> None:
+) -> dict[int, dict[str, Any]]:
     """Figure 5: our transactions on 3 disc replicas against a 3-member etcd cluster; rounds
-    alternate ours (in each layout) / etcd put / etcd increment."""
+    alternate ours (in each layout) / etcd put / etcd increment. Returns the figures per client
+    count (for --json); raises RuntimeError when etcd cannot be had."""
     try:
         binary = find_etcd()
     except RuntimeError as exc:
         print(f"-- etcd: skipped: {exc}")
-        return
+        raise EtcdMissing(str(exc)) from exc
     layouts = layouts or list(LAYOUTS)
     print(f"-- etcd: {etcd_version(binary)}, 3 members; {load_note()} at start")
     with contextlib.ExitStack() as stack:
@@ -752,6 +763,7 @@ def bench_etcd(
         for layout, dbs in clusters.items():
             check_counters(dbs, committed[layout])
         what = f"{'wread' if wread else 'read'} + write 1 record"
+        figures = {c: etcd_figures(ours[c], put[c], txn[c]) for c in clients}
         for threads in clients:
             report_etcd(
                 f"tx ({'write 1 record, no read' if blind else what}), 3 disc replicas, "
@@ -762,6 +774,41 @@ def bench_etcd(
                 txn[threads],
             )
     print(f"-- etcd: {load_note()} at end  [{rounds} rounds of {seconds:g} s]")
+    return figures
+
+
+def _cpu_ms(run: Run) -> float:
+    return round((run.extra["cpu_here"] + run.extra["cpu_there"]) * 1000 / max(run.ops, 1), 3)
+
+
+def etcd_figures(ours: dict[str, list[Run]], put: list[Run], txn: list[Run]) -> dict[str, Any]:
+    """The JSON figures of one client count: ours (first layout) over etcd put, same run."""
+    p, t = _median_run(put), _median_run(txn)
+    layouts = {}
+    for layout, runs in ours.items():
+        o = _median_run(runs)
+        layouts[layout] = {
+            "rate": round(o.rate, 1),
+            "p99_ms": round(o.pct(0.99) * 1000, 3),
+            "cpu_ms_per_op": _cpu_ms(o),
+            "ratio": round(o.rate / p.rate, 4),
+            "p99_ratio": round(o.pct(0.99) / p.pct(0.99), 3),
+        }
+    first = layouts[next(iter(ours))]
+    return {
+        "ours": first["rate"],
+        "baseline": round(p.rate, 1),
+        "ratio": first["ratio"],
+        "unit": "tx/s",
+        "layout": next(iter(ours)),
+        "p99_ms": first["p99_ms"],
+        "baseline_p99_ms": round(p.pct(0.99) * 1000, 3),
+        "p99_ratio": first["p99_ratio"],
+        "cpu_ms_per_op": first["cpu_ms_per_op"],
+        "baseline_cpu_ms_per_op": _cpu_ms(p),
+        "layouts": layouts,
+        "etcd_increment": round(t.rate, 1),
+    }
 
 
 def profile_tx(root: Path, replicas: int, seconds: float, out: Path | None) -> None:
@@ -811,13 +858,27 @@ def main() -> int:
     parser.add_argument("--commits", type=int, default=2000, help="commits (SETs) per round")
     parser.add_argument("--records", type=int, default=100_000, help="records in the loaded table")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of a tx/dirty run")
-    parser.add_argument("--clients", type=ints, default=[1, 4], help="client threads, e.g. 1,4")
+    parser.add_argument(
+        "--clients",
+        type=ints,
+        default=None,
+        help="client threads, e.g. 1,4 (default 1,4; the etcd part too when --etcd-clients is"
+        " not given)",
+    )
     parser.add_argument("--replicas", type=ints, default=[1, 3], help="disc replicas, e.g. 1,3")
     parser.add_argument(
         "--shared-keys", type=int, default=0, help="tx: all clients bump these N keys (conflicts)"
     )
     parser.add_argument(
-        "--etcd-clients", type=ints, default=[1, 4, 16], help="etcd part: client threads"
+        "--etcd-clients",
+        type=ints,
+        default=None,
+        help="etcd part: client threads (default: --clients if given, else 1,4,16)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="etcd part, one client count: print its figures as one JSON object, the last line",
     )
     parser.add_argument(
         "--layout",
@@ -845,6 +906,41 @@ def main() -> int:
         "--dir", type=Path, default=None, help="where to write (default: a tmp dir)"
     )
     args = parser.parse_args()
+    etcd_clients = args.etcd_clients or args.clients or [1, 4, 16]
+    args.clients = args.clients or [1, 4]
+    if args.json and (args.part != ["etcd"] or len(etcd_clients) != 1):
+        parser.error("--json reports one etcd run: use --part etcd with one --clients value")
+    if args.json:
+        return _json_main(args, etcd_clients[0])
+    _run(args, etcd_clients)
+    return 0
+
+
+def _json_main(args: argparse.Namespace, clients: int) -> int:
+    """Run the etcd part and print its figures as the last line; an error (no etcd, a failed
+    run) comes out in the same object, never as a traceback."""
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    result: dict[str, Any] = {"ours": None, "baseline": None, "ratio": None, "unit": "tx/s"}
+    code = 0
+    try:
+        figures = _run(args, [clients])
+        result.update(figures[clients])
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        code = 1
+    result.update(
+        clients=clients,
+        replicas=3,
+        load_start=load_start,
+        load_end=[round(x, 2) for x in os.getloadavg()],
+    )
+    print(json.dumps(result), flush=True)
+    return code
+
+
+def _run(args: argparse.Namespace, etcd_clients: list[int]) -> dict[int, dict[str, Any]]:
+    """The parts asked for; returns the etcd part's figures (empty without it)."""
+    figures: dict[int, dict[str, Any]] = {}
     rounds, commits = (1, 300) if args.quick else (args.rounds, args.commits)
     seconds = min(args.seconds, 1.0) if args.quick else args.seconds
     parts = args.part or list(DEFAULT_PARTS)
@@ -858,7 +954,7 @@ def main() -> int:
         if args.profile is not None:
             for n in args.replicas:
                 profile_tx(root, n, seconds, args.profile.with_suffix(f".{n}.prof"))
-            return 0
+            return figures
         with contextlib.ExitStack() as stack:
             stack.enter_context(count_fsyncs())
             stack.enter_context(count_writes())
@@ -870,15 +966,16 @@ def main() -> int:
             if "load" in parts:
                 bench_load(root, rounds, args.records)
             if "etcd" in parts:
-                bench_etcd(
-                    root,
-                    rounds=rounds,
-                    seconds=seconds,
-                    clients=args.etcd_clients,
-                    wread=args.wread,
-                    blind=args.blind,
-                    layouts=args.layout,
-                )
+                with contextlib.suppress(*(() if args.json else (EtcdMissing,))):
+                    figures = bench_etcd(
+                        root,
+                        rounds=rounds,
+                        seconds=seconds,
+                        clients=etcd_clients,
+                        wread=args.wread,
+                        blind=args.blind,
+                        layouts=args.layout,
+                    )
             for what in ("tx", "dirty"):
                 if what in parts:
                     bench_store(
@@ -894,7 +991,7 @@ def main() -> int:
                     )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return 0
+    return figures
 
 
 if __name__ == "__main__":

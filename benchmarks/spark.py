@@ -27,15 +27,22 @@ claim thread apart: where an executor's Python time goes.
 
 Then the recovery figure: a run on the embedded stack where the Redis master is SIGKILLed
 once claiming has begun. Printed: the failover time (kill -> the new master in this host's
-master file) and the time from the kill to the pipeline claiming again: the new master's key
+master file) and the time from the kill to the pipeline claiming again: the new master's claim
 count growing by more than one batch past what it held at the kill (polled every 5 ms).
 
     python benchmarks/spark.py [--messages 200000] [--rounds 3] [--partitions 16] [--profile]
+        [--part all|throughput|claims|recovery] [--json]
+
+--json (with --part throughput): the last line printed is one JSON object for checking from
+outside: {"ours": embedded msg/s, "baseline": the limit's msg/s in the same run, "ratio":
+ours/baseline, "unit": "msg/s", ...} with the load averages at start and end; on a failure,
+the same object with "error" (and null figures) instead of a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -78,10 +85,14 @@ def _plain_session() -> Any:
     return spark
 
 
-def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> None:
+def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The embedded job against the limit (and the JVM-only floors), rounds alternating.
+    Returns the figures for --json."""
     master = stack.redis_master()
     assert master is not None
-    runs: dict[str, list[float]] = {k: [] for k in ("embedded", "limit", "plain", *JVM_ONLY)}
+    runs: dict[str, list[float]] = {
+        k: [] for k in ("embedded", "limit", "keys", "plain", *JVM_ONLY)
+    }
     n = 0
 
     def options(kind: str, **extra: Any) -> PipelineOptions:
@@ -94,6 +105,7 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
             overwrite=True,
             plain_redis=master if kind == "plain" else None,
             no_claims=kind == "limit",
+            claim_layout="keys" if kind == "keys" else "hash",
             **extra,
         )
 
@@ -117,7 +129,7 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
 
     spark = stack.start_spark()
     stack.warm_up(executors=2)
-    measure(spark, ("embedded", "limit", *JVM_ONLY))
+    measure(spark, ("embedded", "limit", *(("keys",) if args.keys else ()), *JVM_ONLY))
     if args.profile:
         for kind in ("embedded", "limit"):
             folder = work / f"profile-{kind}"
@@ -142,6 +154,13 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
         f"the limit's Spark jobs without its Python pass {data.messages / skeleton:,.0f} lines/s"
         f" ({skeleton:.2f} s); ratio limit/skeleton = {skeleton / limit:.2f}"
     )
+    if args.keys:
+        keys = statistics.median(runs["keys"])
+        print(
+            f"embedded with a key per claim (the layout before the claim hash)"
+            f" {data.messages / keys:,.0f} msg/s ({keys:.2f} s); ratio keys/limit ="
+            f" {limit / keys:.2f}; hash/keys = {keys / embedded:.2f}"
+        )
     if args.plain:
         spark = _plain_session()
         measure(spark, ("plain",))
@@ -151,6 +170,23 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
             f"plain SET NX (no rabbitry) {data.messages / plain:,.0f} msg/s ({plain:.2f} s); "
             f"ratio embedded/plain = {plain / embedded:.2f}"
         )
+    return {
+        "ours": round(data.messages / embedded, 1),
+        "baseline": round(data.messages / limit, 1),
+        "ratio": round(limit / embedded, 4),
+        "unit": "msg/s",
+        "what": "exactly-once pipeline (embedded) over the same job without claims (limit)",
+        "messages": data.messages,
+        "rounds": args.rounds,
+        "seconds": {"embedded": round(embedded, 3), "limit": round(limit, 3)},
+        "spark_alone": round(data.messages / alone, 1),
+        **(
+            {"keys_layout": round(data.messages / statistics.median(runs["keys"]), 1)}
+            if args.keys
+            else {}
+        ),
+        "skeleton": round(data.messages / skeleton, 1),
+    }
 
 
 def _spark_alone(spark: Any, data: Any, out: Path, partitions: int) -> float:
@@ -275,12 +311,12 @@ def claims_alone(stack: DemoStack, args: argparse.Namespace) -> None:
     count = args.messages
     ids = [f"claim-{n:08d}" for n in range(count)]
 
-    def run(wait: int, clients: int) -> float:
+    def run(wait: int, clients: int, layout: str = "hash") -> float:
         tag = f"alone-{time.time_ns()}"
 
         def one(part: list[str], index: int) -> None:
             client = FailoverRedis(str(stack.master_file), system=SYSTEM, wait_replicas=wait)
-            claimer = Claimer(client, tag, f"{tag}:{index}", batch=args.batch)
+            claimer = Claimer(client, tag, f"{tag}:{index}", batch=args.batch, layout=layout)
             for start in range(0, len(part), args.batch):
                 claimer.claim_ids(part[start : start + args.batch])
             client.close()
@@ -294,27 +330,45 @@ def claims_alone(stack: DemoStack, args: argparse.Namespace) -> None:
             thread.join()
         return count / (time.monotonic() - started)
 
-    one_wait = run(1, 1)
-    two_wait = run(1, 2)
-    no_wait = run(0, 1)
+    # the two layouts alternate, so drift in the machine's load hits both alike
+    hashed: dict[str, list[float]] = {"one": [], "two": [], "none": []}
+    keyed: dict[str, list[float]] = {"one": [], "two": [], "none": []}
+    for _ in range(args.rounds):
+        for layout, into in (("hash", hashed), ("keys", keyed)):
+            into["one"].append(run(1, 1, layout))
+            into["two"].append(run(1, 2, layout))
+            into["none"].append(run(0, 1, layout))
+    for layout, got in (("hash", hashed), ("keys", keyed)):
+        one_wait, two_wait, no_wait = (statistics.median(got[k]) for k in ("one", "two", "none"))
+        print(
+            f"claims alone (no Spark), layout {layout}, batches of {args.batch}: {one_wait:,.0f}"
+            f" claims/s from one client with WAIT 1, {two_wait:,.0f} from two at once;"
+            f" {no_wait:,.0f} without WAIT (ratio WAIT/no WAIT = {one_wait / no_wait:.2f})"
+        )
+    ratio = statistics.median(hashed["one"]) / statistics.median(keyed["one"])
     print(
-        f"claims alone (no Spark), batches of {args.batch}: {one_wait:,.0f} claims/s from one"
-        f" client with WAIT 1, {two_wait:,.0f} from two at once; {no_wait:,.0f} without WAIT"
-        f" (ratio WAIT/no WAIT = {one_wait / no_wait:.2f})"
+        f"  ratio hash/keys, one client with WAIT = {ratio:.2f}"
+        f"  [load average {os.getloadavg()[0]:.2f}]"
     )
 
 
-def _dbsize(address: str) -> int:
+def _claims(address: str, run_id: str) -> int:
+    """The claims of the run on this Redis: the fields of its claim hash."""
     import redis
 
+    from rabbitry.spark.claims import claim_hash_key
+
     host, _, port = address.rpartition(":")
-    return int(redis.Redis(host=host, port=int(port), socket_timeout=1).dbsize())
+    return int(
+        redis.Redis(host=host, port=int(port), socket_timeout=1).hlen(claim_hash_key(run_id))
+    )
 
 
 def recovery(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) -> None:
     """Kill the master once claiming has begun; time the switch in the master file, and the
-    first new claims on the new master: its key count (frozen while it was a replica cut off
-    from its dead master) grows past what it had at the kill by more than one batch."""
+    first new claims on the new master: its count of the run's claims (frozen while it was a
+    replica cut off from its dead master) grows past what it had at the kill by more than one
+    batch."""
     spark = stack.start_spark()
     stack.warm_up(executors=2)
     _timed(spark, data, work / "warm", PipelineOptions(partitions=args.partitions, overwrite=True))
@@ -327,7 +381,7 @@ def recovery(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) 
             time.sleep(0.01)
         old = stack.redis_master()
         assert stack.redis is not None and old is not None
-        before = {a: _dbsize(a) for a in stack.redis.addresses if a != old}
+        before = {a: _claims(a, run_id) for a in stack.redis.addresses if a != old}
         stack.kill_redis_master()
         marks["killed"] = time.monotonic()
         while stack.redis_master() in (old, None):
@@ -336,13 +390,14 @@ def recovery(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace) 
         new = stack.redis_master()
         assert new is not None
         deadline = time.monotonic() + 60
-        while _dbsize(new) <= before[new] + batch and time.monotonic() < deadline:
+        while _claims(new, run_id) <= before[new] + batch and time.monotonic() < deadline:
             time.sleep(0.005)
         marks["claiming"] = time.monotonic()
 
+    run_id = f"rec-{time.time_ns()}"
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    opts = PipelineOptions(partitions=args.partitions, run_id=f"rec-{time.time_ns()}")
+    opts = PipelineOptions(partitions=args.partitions, run_id=run_id)
     summary = run_pipeline(
         spark, str(data.path), str(work / "rec"), opts, on_progress=progress.update
     )
@@ -374,10 +429,45 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="also plain SET NX, no rabbitry")
     parser.add_argument("--batch", type=int, default=PipelineOptions().batch)
     parser.add_argument(
+        "--keys",
+        action="store_true",
+        help="also the embedded job with a key per claim (the claim layout before the hash)",
+    )
+    parser.add_argument(
         "--part", choices=("all", "throughput", "claims", "recovery"), default="all"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the throughput figures as one JSON object, the last line (needs the"
+        " throughput part)",
+    )
     args = parser.parse_args()
+    if args.json and args.part not in ("all", "throughput"):
+        parser.error("--json reports the throughput part: use --part throughput (or all)")
     logging.basicConfig(level=logging.ERROR)
+    load_start = _load()
+    result: dict[str, Any] = {}
+    try:
+        _run(args, result)
+    except Exception as exc:  # with --json, the object still comes out, with the error
+        if not args.json:
+            raise
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    if args.json:
+        empty = {"ours": None, "baseline": None, "ratio": None, "unit": "msg/s"}
+        result = {**empty, **result, "load_start": load_start, "load_end": _load()}
+        print(json.dumps(result), flush=True)
+        if "error" in result:
+            raise SystemExit(1)
+
+
+def _load() -> list[float]:
+    """The 1, 5 and 15 min load averages, printed with every figure (shared machines)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="rabbitry-bench-spark-") as tmp:
         work = Path(tmp)
         data = generate_messages(work / "in.jsonl", args.messages)
@@ -387,7 +477,7 @@ def main() -> None:
             if args.part in ("all", "claims"):
                 claims_alone(stack, args)
             if args.part in ("all", "throughput"):
-                throughput(stack, data, work, args)
+                result.update(throughput(stack, data, work, args))
             if args.part in ("all", "recovery"):
                 recovery(stack, data, work, args)
         finally:

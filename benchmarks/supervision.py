@@ -8,9 +8,14 @@
 4. start then stop 10,000 simple_one_for_one Process children (goal: <= 5 s in all), and
    100,000 PooledProcess children (goal: <= 2 s), with memory per idle child (RSS delta / count;
    goal for PooledProcess <= 4 KB), against n bare threads started and joined;
+   The 100,000 are started twice in the same run, alternating --rounds times: one start_child
+   ask per child (the baseline) and one start_children(n, args) ask for the batch; printed
+   with the ratio batch / one-by-one (issue 30: goal <= 2 s on a quiet machine);
 5. with --million: 1,000,000 PooledProcess children, time and memory.
 
 Usage: python benchmarks/supervision.py [--quick] [--million] [--log {file,none}]
+           [--part all|many] [--rounds 1]
+`--part many`: only figure 4's 100,000 PooledProcess children, one-by-one against the batch.
 `--log file` (default) sends every log record, crash tracebacks included, to a temp file, as a
 deployed node would; `--log none` disables logging to show the cost of the machinery alone.
 """
@@ -200,8 +205,9 @@ def bare_threads(n: int) -> float:
     return time.perf_counter() - begin
 
 
-def many(n: int, cls: type) -> tuple[float, float, float, float]:
-    """Start n simple_one_for_one children of `cls`, then stop the supervisor.
+def many(n: int, cls: type, batch: bool = False) -> tuple[float, float, float, float]:
+    """Start n simple_one_for_one children of `cls` (one start_child ask each, or with
+    `batch` one start_children ask for all), then stop the supervisor.
     Returns (start s, stop s, total s, RSS bytes per idle child)."""
     spec = ChildSpec("leaf", cls, restart="temporary", shutdown=5.0)
     gc.collect()
@@ -209,7 +215,10 @@ def many(n: int, cls: type) -> tuple[float, float, float, float]:
     start = time.perf_counter()
     sup = Supervisor.start(SupFlags("simple_one_for_one", 0, 1.0), [spec])
     proxy = sup.proxy()
-    futures = [proxy.start_child([i]) for i in range(n)]
+    if batch:  # every child gets the same extra args: n PooledLeaf(0)
+        futures = [proxy.start_children(n, [0])]
+    else:
+        futures = [proxy.start_child([i]) for i in range(n)]
     for future in futures:
         future.get()
     started = time.perf_counter()
@@ -239,6 +248,30 @@ def bench_many(n: int, goal: float, cls: type, floor: float) -> float:
     return per_child
 
 
+def bench_batch(n: int, rounds: int) -> None:
+    """n PooledProcess children started and stopped: one ask per child against one ask for
+    the batch, alternating, same run (issue 30)."""
+    one: list[tuple[float, float, float, float]] = []
+    batch: list[tuple[float, float, float, float]] = []
+    for _ in range(rounds):
+        one.append(many(n, PooledLeaf))
+        batch.append(many(n, PooledLeaf, batch=True))
+        print(
+            f"  round: one-by-one {one[-1][2]:.2f} s, batch {batch[-1][2]:.2f} s"
+            f"  [load average {os.getloadavg()[0]:.2f}]",
+            flush=True,
+        )
+    o = sorted(one, key=lambda r: r[2])[len(one) // 2]
+    b = sorted(batch, key=lambda r: r[2])[len(batch) // 2]
+    print(
+        f"{n:,} PooledProcess children, start_children batch: start {b[0]:.2f} s, stop"
+        f" {b[1]:.2f} s, total {b[2]:.2f} s (goal <= 2 s quiet); one start_child each (same"
+        f" run): start {o[0]:.2f} s, stop {o[1]:.2f} s, total {o[2]:.2f} s; ratio"
+        f" batch/one-by-one = {b[2] / o[2]:.2f} (start {b[0] / o[0]:.2f})"
+        f"  [load average {os.getloadavg()[0]:.2f}]"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -246,6 +279,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sample sizes (a smoke run)")
     parser.add_argument("--million", action="store_true", help="also 1,000,000 PooledProcesses")
     parser.add_argument("--log", choices=("file", "none"), default="file")
+    parser.add_argument("--part", choices=("all", "many"), default="all")
+    parser.add_argument("--rounds", type=int, default=1, help="alternations of figure 4's batch")
     args = parser.parse_args()
     if args.log == "file":
         fd, log_path = tempfile.mkstemp(prefix="rabbitry-bench-", suffix=".log")
@@ -256,6 +291,9 @@ def main() -> int:
         logging.disable(logging.CRITICAL)
         print("logging disabled")
     print(f"python {sys.version.split()[0]}, pykka {_pykka_version()}")
+    if args.part == "many":
+        bench_batch(10_000 if args.quick else 100_000, args.rounds)
+        return 0
     bench_tell(20_000 if args.quick else 200_000, 3 if args.quick else 5)
     bench_ask(500 if args.quick else 5_000, 3 if args.quick else 5)
     bench_restart(200 if args.quick else 2000, Child, (1.0, 5.0))
@@ -270,6 +308,7 @@ def main() -> int:
         f"Process {threaded / 1024:.2f} KB; ratio {pooled / threaded:.2f}"
     )
     print(f"  (the bare-thread baseline for {m:,} is {n:,} threads measured, times 10)")
+    bench_batch(m, args.rounds)
     if args.million:
         up, down, total, per_child = many(1_000_000, PooledLeaf)
         print(

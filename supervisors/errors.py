@@ -76,12 +76,16 @@ class SimpleOneForOne(SupervisorError):
 
 
 class StartChildError(SupervisorError):
-    """A child failed to start (OTP failed_to_start_child). `reason` is what its start raised."""
+    """A child failed to start (OTP failed_to_start_child). `reason` is what its start raised.
+
+    From start_children, `started` holds the refs of the children the batch started before
+    this one failed (they keep running); otherwise it is empty."""
 
     def __init__(self, child_id: Any, reason: Any) -> None:
         super().__init__(f"failed to start child {child_id!r}: {format_reason(reason)}")
         self.child_id = child_id
         self.reason = reason
+        self.started: list[Any] = []
 
 
 class InvalidChildSpec(SupervisorError):

@@ -31,12 +31,18 @@ EVENTS = {
     "shutdown_error": logging.ERROR,
     "reached_max_restart_intensity": logging.ERROR,
     "auto_shutdown": logging.INFO,
+    "children_started": logging.INFO,  # a start_children batch, once per batch
+    "children_shutdown": logging.INFO,  # a simple_one_for_one stopping all its children
 }
 
 
-def report(event: str, supervisor: str, child: Any = None, **fields: Any) -> None:
-    """Emit one report. Fields named `reason` are rendered with format_reason."""
-    level = EVENTS[event]
+def report(
+    event: str, supervisor: str, child: Any = None, *, level: int | None = None, **fields: Any
+) -> None:
+    """Emit one report. Fields named `reason` are rendered with format_reason. `level`
+    overrides the event's level (a batch logs its children's child_started at DEBUG)."""
+    if level is None:
+        level = EVENTS[event]
     if event == "child_crashed" and is_deliberate(fields.get("reason")):
         level = logging.INFO  # a crash on purpose (an example's) is not an incident
         fields["deliberate"] = True

@@ -5,8 +5,9 @@
       -> mapInArrow, one Python pass per partition, a claim batch at a time: parse and check
          the lines (rabbitry.pipeline.chunks: Arrow's JSON reader and Arrow compute, or the
          row-at-a-time rules for a slice they cannot vouch for), claim them
-         (rabbitry.spark.claims: require_running, revoked, one script call of SET NX for the
-         batch with its WAIT: one round trip), Arrow batches of verdicts out; cached
+         (rabbitry.spark.claims: require_running, revoked, one script call for the batch,
+         HMGET then HSET on the run's claim hash, with its WAIT: one round trip), Arrow
+         batches of verdicts out; cached
       -> Parquet: id, payload, node, partition, line  (the verdicts "process"; JVM only)
       -> counts per verdict, and the rejects to <output>.rejects.jsonl (from the cache)
 
@@ -61,6 +62,9 @@ class PipelineOptions:
     partitions: int | None = None
     overwrite: bool = False
     claim_ttl: int = DEFAULT_TTL
+    # How claims sit in Redis (rabbitry.spark.claims): "hash", one hash per run (two calls
+    # per batch), or "keys", a key per id (the layout before; the benchmark compares them).
+    claim_layout: str = "hash"
     # Wait this long for a paused node before failing the attempt (0 on multi-executor
     # masters, where another executor takes the task; local masters get a few seconds).
     pause_wait: float | None = None
@@ -345,6 +349,7 @@ class _BatchJob:
         self.run_id = run_id
         self.batch = opts.batch
         self.ttl = opts.claim_ttl
+        self.layout = opts.claim_layout
         self.plain_redis = opts.plain_redis
         self.no_claims = opts.no_claims
         self.max_payload = opts.max_payload
@@ -382,6 +387,7 @@ class _BatchJob:
             batch=self.batch,
             ttl=self.ttl,
             progress=progress,
+            layout=self.layout,
         )
         return claimer, rs.node_name()
 

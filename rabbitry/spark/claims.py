@@ -15,6 +15,18 @@ round trip per batch, the WAIT included. The owner is the run and the Spark
   by WAIT, so its attempt failed; the retry claims it again on the new master;
 - the same id twice within one partition is caught locally.
 
+Two layouts of the claims in Redis (`Claimer(layout=...)`):
+
+- "keys" (the default, and what claim_key names): one key per id, SET NX EX, each with its own
+  expiry: a thousand SET calls in the script per batch;
+- "hash" (what the pipeline uses): the run's claims are the fields of ONE hash
+  (claim_hash_key: field = id, value = owner), with the expiry on the hash, renewed by every
+  batch, so the claims of a run live `ttl` after its last batch. The script reads the whole
+  batch with one HMGET and writes the ids it takes (and its own earlier ones, rewritten for
+  the WAIT) with one HSET: two calls per batch instead of a thousand. Duplicates in other
+  partitions must meet the same structure, so the hash is per run, not per Spark partition;
+  the owner (run and partition) is the value, as it is the key's value in "keys".
+
 Before every batch the executor's node must be running (`require_running`): a paused executor
 (the minority side of a partition) fails the attempt with a retryable error, and the task
 runs elsewhere. Revoked ids (gossip's revoked set) are skipped.
@@ -43,6 +55,14 @@ def claim_key(namespace: str, message_id: str) -> str:
     return f"rabbitry:once:{namespace}:{message_id}"
 
 
+def claim_hash_key(namespace: str) -> str:
+    """The hash that holds a run's claims in the "hash" layout (field: id, value: owner)."""
+    return f"rabbitry:claims:{namespace}"
+
+
+LAYOUTS = ("keys", "hash")
+
+
 class Claimer:
     """Claims ids for one partition of one run. `client` is a redis-py client (a FailoverRedis
     inside an embedded executor); `check` runs before each batch (require_running), and
@@ -60,9 +80,13 @@ class Claimer:
         batch: int = DEFAULT_BATCH,
         ttl: int = DEFAULT_TTL,
         progress: tuple[str, str] | None = None,
+        layout: str = "keys",
     ) -> None:
         if batch < 1 or ttl < 1:
             raise ValueError(f"batch and ttl must be >= 1, got {batch!r} and {ttl!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        self.layout = layout
         self.client = client
         self.namespace = namespace
         self.owner = owner
@@ -128,19 +152,24 @@ class Claimer:
         0xFF, which UTF-8 never contains) and the script builds the keys, so redis-py packs a
         handful of arguments, not a thousand; the answers come back as one string."""
         joined = b"\xff".join([mid.encode("utf-8") for mid in ids])
-        reply = self.client.execute_command(
-            "EVAL",
-            CLAIM_SCRIPT,
-            1,
-            self.progress_key or claim_key(self.namespace, "-"),
-            self.owner,
-            self.ttl,
-            claim_key(self.namespace, ""),
-            self.progress_field,
-            self.processed,
-            len(ids),
-            joined,
-        )
+        progress = self.progress_key or claim_key(self.namespace, "-")
+        if self.layout == "hash":
+            reply = self.client.execute_command(
+                "EVAL",
+                CLAIM_HASH_SCRIPT,
+                2,
+                progress,
+                claim_hash_key(self.namespace),
+                self.owner,
+                self.ttl,
+                "",
+                self.progress_field,
+                self.processed,
+                len(ids),
+                joined,
+            )
+        else:
+            reply = self._claim_keys(progress, joined, len(ids))
         answers = reply.encode() if isinstance(reply, str) else bytes(reply)
         if len(answers) != len(ids):  # a script from another version answered
             raise RuntimeError(
@@ -148,6 +177,22 @@ class Claimer:
                 "is an older rabbitry's script cached under the same name?"
             )
         return answers
+
+    def _claim_keys(self, progress: str, joined: bytes, count: int) -> Any:
+        """The "keys" layout's script call: a key per id."""
+        return self.client.execute_command(
+            "EVAL",
+            CLAIM_SCRIPT,
+            1,
+            progress,
+            self.owner,
+            self.ttl,
+            claim_key(self.namespace, ""),
+            self.progress_field,
+            self.processed,
+            count,
+            joined,
+        )
 
 
 # The verdict codes claim_ids returns, one byte per id: indexes into VERDICTS.
@@ -190,6 +235,60 @@ for i = 1, count do
   else
     answers[i] = '0'
   end
+end
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[4], tonumber(ARGV[5]) + ours)
+  redis.call('EXPIRE', KEYS[1], 86400)
+end
+return table.concat(answers)
+"""
+
+# The "hash" layout's script: the same answers and the same progress, with the claims as
+# fields of one hash (KEYS[2]). One HMGET reads the batch's owners; one HSET writes every id
+# we take or already held (rewritten, as "keys" does, so that this batch's WAIT covers an
+# earlier attempt's claim); the EXPIRE renews the hash's. Both calls go in slices of 4,000
+# arguments, under Lua's limit for unpack(). Within one call of this script an id is never
+# twice: a partition filters its own repeats before claiming (Claimer._seen).
+CLAIM_HASH_SCRIPT = """
+local owner, ttl, key = ARGV[1], tonumber(ARGV[2]), KEYS[2]
+local count, ids = tonumber(ARGV[6]), ARGV[7]
+local list, from = {}, 1
+for i = 1, count do
+  local stop = string.find(ids, '\\255', from, true)
+  if stop then
+    list[i] = string.sub(ids, from, stop - 1)
+    from = stop + 1
+  else
+    list[i] = string.sub(ids, from)
+  end
+end
+local answers, writes, ours, w = {}, {}, 0, 0
+local slice = 4000
+for s = 1, count, slice do
+  local e = math.min(s + slice - 1, count)
+  local held = redis.call('HMGET', key, unpack(list, s, e))
+  for i = s, e do
+    local h = held[i - s + 1]
+    if not h then
+      answers[i] = '1'
+    elseif h == owner then
+      answers[i] = '2'
+    else
+      answers[i] = '0'
+    end
+    if answers[i] ~= '0' then
+      ours = ours + 1
+      writes[w + 1] = list[i]
+      writes[w + 2] = owner
+      w = w + 2
+    end
+  end
+end
+for s = 1, w, slice do
+  redis.call('HSET', key, unpack(writes, s, math.min(s + slice - 1, w)))
+end
+if w > 0 then
+  redis.call('EXPIRE', key, ttl)
 end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], ARGV[4], tonumber(ARGV[5]) + ours)
