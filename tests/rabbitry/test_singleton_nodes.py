@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from rabbitry.testing.cluster import ClusterFactory
+from rabbitry.testing.netns import unavailable
 from rabbitry.testing.singleton_log import Spans, overlaps, write_spans
 from tests.waiting import wait_until
 
@@ -198,3 +199,28 @@ def test_cli_and_metrics_say_where_it_runs(singleton_cluster: Any) -> None:
     answer = json.loads(raw.stdout)
     assert answer["singletons"]["scheduler"]["node"] == node
     assert answer["singletons"]["scheduler"]["token"] >= token
+
+
+def test_a_partition_that_leaves_the_holder_in_the_minority(tmp_path: Path) -> None:
+    """Network namespaces, cuts by iptables: the holder's node alone on one side. Its child
+    stops acting when its lease runs out (the node also pauses: pause_minority), the majority
+    starts a new instance, and no two write intervals overlap, before or after the heal."""
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "writes.log"
+    factory = ClusterFactory(tmp_path)
+    try:
+        c = factory(3, "pause_minority", NET_TICKTIME, tree=_tree(tmp_path, out), network="netns")
+        first, token = wait_new_holder(c, "a", 0)
+        wait_writing(out, token)
+        others = [n for n in ("a", "b", "c") if n != _short(first)]
+        c.partition([_short(first)], others)
+        _, token2 = wait_new_holder(c, others[0], token)
+        wait_writing(out, token2)
+        assert_no_overlap(out)
+        c.heal()
+        c.wait_until_formed(timeout=60)
+        assert_no_overlap(out)
+    finally:
+        factory.close()
