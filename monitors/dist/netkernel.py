@@ -51,6 +51,7 @@ from monitors.dist.handshake import (
     Failed,
     NeedDecision,
 )
+from monitors.dist.ioloop import IoLoop
 from monitors.dist.messages import (
     CONNECTION_CLOSED,
     CONNECTION_SETUP_FAILED,
@@ -82,7 +83,6 @@ __all__ = ["NetKernel"]
 log = logging.getLogger("monitors.dist")
 
 _BY_URN: weakref.WeakValueDictionary[str, NetKernel] = weakref.WeakValueDictionary()
-_TICKER_MAX_SLEEP = 0.5
 # Connect failures that retrying soon will not fix: the peer is not a dist peer of our kind
 # (plain vs TLS), speaks another version, or refused our certificate or cookie. We back off.
 _HOPELESS = frozenset({"garbage", "bad_version", "bad_cookie", "tls"})
@@ -310,7 +310,7 @@ class NetKernel(Process):
         self._pending_loop: PendingLoop | None = None
         self._stopped = threading.Event()
         self._running = False
-        self._tick_wake = threading.Event()
+        self._io: IoLoop | None = None  # reads, flushes and ticks every connection
         self._listener: socket.socket | None = None
         self._handshaking: set[socket.socket] = set()  # closed on stop, so no thread lingers
         self._threads: list[threading.Thread] = []
@@ -371,10 +371,13 @@ class NetKernel(Process):
             deadline=self.handshake_timeout,
             per_address=self._max_pending_per_address,
         )
-        for target, name in ((self._pending_loop.run, "listener"), (self._tick_loop, "ticker")):
-            thread = threading.Thread(target=target, name=f"dist-{name} {self.node}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._io = IoLoop(self.node, self._run_ticks)
+        self._io.start()
+        thread = threading.Thread(
+            target=self._pending_loop.run, name=f"dist-listener {self.node}", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
         log.info(
             "dist %s: listening on %s (creation %d, net_ticktime %g s, %s)",
             self.node,
@@ -415,14 +418,15 @@ class NetKernel(Process):
             pending.done.set()
         for conn in conns:
             self._connection_down(conn, DISCONNECT)
-        self._tick_wake.set()
+        if self._io is not None:
+            self._io.stop()  # it finishes (and closes) what it still holds
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(2.0)
         if self._listener is not None:
             self._listener.close()
         for conn in conns:
-            conn.join(2.0)
+            conn.finish()  # one published as we stopped never reached the loop
         log.info("dist %s: stopped", self.node)
 
     # ------------------------------------------------------------------ registry
@@ -783,7 +787,8 @@ class NetKernel(Process):
     # ------------------------------------------------------------------ frames in
 
     def _on_frame(self, conn: Connection, frame: dict[str, Any]) -> None:
-        """Reader thread: one authenticated frame. A malformed one is logged and dropped."""
+        """The I/O loop's thread: one authenticated frame. A malformed one is logged and
+        dropped. Nothing here waits: `tell`s, a reply slot, writes that never block."""
         kind = frame["t"]
         try:
             if kind == "send":
@@ -926,7 +931,7 @@ class NetKernel(Process):
                     _close(sock)
                     self._pending_failed(node, pending)
                 else:
-                    conn.start()
+                    self._start(conn)
                 return
             _close(sock)
             if (
@@ -1090,7 +1095,7 @@ class NetKernel(Process):
                     sock.sendall(stream.seal(step.out) if stream is not None else step.out)
                 _close(sock)
             else:
-                conn.start()
+                self._start(conn)
         except Exception:
             log.exception("dist %s: handshake with %s failed", self.node, where)
             if conn is None:
@@ -1270,7 +1275,7 @@ class NetKernel(Process):
         stream: TlsStream | None = None,
     ) -> Connection:
         """With self._lock held: make the connection live, flush what auto-connect queued,
-        and tell subscribers NodeUp. The caller starts its threads."""
+        and tell subscribers NodeUp. The caller then hands it to the I/O loop (`_start`)."""
         conn = Connection(
             sock,
             node=est.node,
@@ -1314,11 +1319,15 @@ class NetKernel(Process):
             always=True,
         )
         self._notify(NodeUp(est.node, est.creation))
-        self._tick_wake.set()
         return conn
 
+    def _start(self, conn: Connection) -> None:
+        """Hand a published connection to the I/O loop."""
+        assert self._io is not None  # published only while running
+        conn.start(self._io)
+
     def _connection_lost(self, conn: Connection, reason: str) -> None:
-        """The reader saw the socket close. Before the connector confirmed the handshake,
+        """The I/O loop saw the socket close. Before the connector confirmed the handshake,
         that is a failed setup rather than a closed connection."""
         if reason == CONNECTION_CLOSED and not conn.confirmed:
             reason = CONNECTION_SETUP_FAILED
@@ -1349,24 +1358,6 @@ class NetKernel(Process):
         self.signals.connection_lost(links, mon_out, mon_in)
 
     # ------------------------------------------------------------------ ticks
-
-    def _tick_loop(self) -> None:
-        """One thread for all connections' ticks: wake at the earliest due, run the cores."""
-        wake = self._tick_wake
-        while not self._stopped.is_set():
-            now = time.monotonic()
-            next_wake = now + _TICKER_MAX_SLEEP
-            for conn in list(self._conns.values()):
-                if conn.down is not None:
-                    continue
-                if now >= conn.tick_due:
-                    try:
-                        self._run_ticks(conn, now)
-                    except Exception:
-                        log.exception("dist %s: tick for %s failed", self.node, conn.node)
-                next_wake = min(next_wake, conn.tick_due)
-            wake.wait(max(next_wake - time.monotonic(), 0.0))
-            wake.clear()
 
     def _run_ticks(self, conn: Connection, now: float) -> None:
         core = conn.ticks
