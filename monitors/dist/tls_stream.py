@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from monitors.dist.handshake import MAGIC
+from monitors.tls import describe_san, peer_san, san_names_node
 
 READ_SIZE = 256 * 1024
 _TLS_RECORD = 0x16
@@ -170,6 +171,17 @@ class TlsStream:
     def describe(self) -> str:
         cipher = self._obj.cipher()
         return f"{self._obj.version()} {cipher[0] if cipher else '?'}"
+
+
+def cert_mismatch(stream: TlsStream, node: str) -> str:
+    """ "" if the peer's certificate names `node`; else why not (for the log)."""
+    san = peer_san(stream.peer_cert())
+    if san_names_node(san, node):
+        return ""
+    return (
+        f"its certificate names {describe_san(san)}, not {node} (a certificate names one "
+        f"node by a URI SAN rabbitry://name@host, or all nodes of a host by a DNS/IP SAN)"
+    )
 
 
 def _reason(exc: ssl.SSLError) -> str:
