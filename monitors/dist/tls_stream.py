@@ -1,9 +1,11 @@
 """TLS over a dist socket, through an `ssl.SSLObject` and memory BIOs.
 
-Why not `ssl.SSLSocket`: a dist connection reads on one thread while others write, and an
-OpenSSL connection must not be used by two threads at once. Here the socket stays a plain
-socket (so the writer keeps its non-blocking direct send), and every use of the TLS state
-(`seal` before a write, `open` after a read) takes one short lock. Records are sealed by
+Why not `ssl.SSLSocket`: a dist connection is read on the I/O loop's thread while senders
+write from theirs, and an OpenSSL connection must not be used by two threads at once. Here the
+socket stays a plain non-blocking socket (so a sender keeps its direct send), and every use of
+the TLS state (`seal` before a write, `open` after a read) takes one short lock. With memory
+BIOs the socket never raises SSLWantRead/SSLWantWrite: `open` returns what whole records
+held, and a partial record waits in the BIO for the rest. Records are sealed by
 whoever holds the writer's turn and sent in that order (connection.py), so they reach the
 peer in sequence. After the handshake only our own records flow: the server sends no session
 tickets (contexts.py), so reading never has to write.
