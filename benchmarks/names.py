@@ -171,7 +171,7 @@ def handshakes(n: int) -> None:
     a = NetKernel.of(NetKernel.start("a@127.0.0.1", "127.0.0.1:0", COOKIE, role_check=role_check))
     b = NetKernel.of(NetKernel.start("b@127.0.0.1", "127.0.0.1:0", COOKIE, disconnect_ban=0.0))
     b.set_address(a.node, str(a.address))
-    checked = a._check_claim
+    checked = a.admission.check_claim
 
     def run(label: str) -> float:
         took = []
@@ -188,9 +188,9 @@ def handshakes(n: int) -> None:
     try:
         results: dict[str, list[float]] = {"with": [], "without": []}
         for _ in range(3):  # interleaved, so that drift hits both alike
-            a._check_claim = lambda *_args: ("", "", "")  # type: ignore[method-assign]
+            a.admission.check_claim = lambda *_args: ("", "", "")  # type: ignore[method-assign]
             results["without"].append(run("without"))
-            a._check_claim = checked  # type: ignore[method-assign]
+            a.admission.check_claim = checked  # type: ignore[method-assign]
             results["with"].append(run("with"))
     finally:
         a.actor_ref.stop()

@@ -8,7 +8,7 @@ link first, with one ping frame and a short deadline:
   progress, and the newcomer is let in (it replaces the old link, as before).
 
 A ping is an ordinary frame on the old connection ({"t": "ping", "id": n}, answered by
-{"t": "pong", "id": n} from the peer's reader thread), so it neither disturbs nor replaces the
+{"t": "pong", "id": n} from the peer's I/O loop), so it neither disturbs nor replaces the
 ticks: the old link stays up either way until the decision.
 """
 
@@ -55,7 +55,7 @@ class Pings:
                 self._waiting.pop(ping_id, None)
 
     def on_pong(self, frame: dict[str, Any]) -> None:
-        """A pong arrived (reader thread); an unknown or late id is ignored."""
+        """A pong arrived (the I/O loop's thread); an unknown or late id is ignored."""
         with self._lock:
             event = self._waiting.get(frame["id"])
         if event is not None:
@@ -63,7 +63,7 @@ class Pings:
 
     @staticmethod
     def answer(conn: Any, frame: dict[str, Any]) -> None:
-        """A ping arrived (reader thread): answer at once, without blocking the reader."""
+        """A ping arrived (the I/O loop's thread): answer at once, without waiting."""
         ping_id = frame["id"]
         if type(ping_id) is not int:
             raise TypeError(f"ping id must be an int; got {ping_id!r}")

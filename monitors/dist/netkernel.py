@@ -5,6 +5,21 @@ peer), authenticates both ways (handshake.py), keeps one connection per pair, ti
 (ticks.py), delivers registered-name sends and calls, carries links and monitors across
 (remote.py), and tells subscribers NodeUp/NodeDown.
 
+This module is the facade: the public API, the connection table (publish, down, ticks), the
+registry and the address book. The work is done by its parts, each in its own module:
+
+- `PendingLoop` (pending.py): one thread accepts and drives every incoming handshake to the
+  hello; `Admission` (admission.py) decides on the hello and publishes or refuses.
+- `Dialer` (dialer.py): an outgoing attempt, on a short-lived thread of its own.
+- `Backoff` (backoff.py): peers we stop trying for a while, and one log line per reason.
+- `IoLoop` (ioloop.py): one thread reads, flushes and ticks every established `Connection`
+  (connection.py); senders write from their own threads while a connection is idle.
+- `Messenger` (messaging.py): send, call, and the dispatch of incoming frames;
+  `SignalRouter` (remote.py): links, monitors and exit signals across the wire.
+
+So a node holds three dist threads however many peers it has (the listener, the I/O loop,
+and a connect thread only while an attempt is under way).
+
 The public methods are thread-safe and called directly on the object (`NetKernel.of(ref)`),
 not through the mailbox: a send is a socket write from the caller's thread, and a call waits
 only for its own reply. The Process's own thread does nothing but start and stop it, which is
@@ -14,52 +29,37 @@ what lets it sit in a supervision tree.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import logging
-import os
 import socket
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
-import pykka
 from pykka import ActorDeadError
 
+from monitors.dist.admission import Admission
+from monitors.dist.backoff import Backoff
 from monitors.dist.connection import Connection
+from monitors.dist.dialer import Attempt, Dialer
 from monitors.dist.errors import (
-    DistTimeout,
-    FrameTooLarge,
     NodeUnreachable,
-    RemoteCallError,
 )
-from monitors.dist.frames import FrameError, encode
 from monitors.dist.gate import FailureGate
 from monitors.dist.handshake import (
-    NAME_IN_USE,
-    NOK,
-    NONCE_SIZE,
-    NOT_ALLOWED,
-    OK,
-    ROLE_CONFLICT,
-    Acceptor,
-    Connector,
     Established,
-    Failed,
-    NeedDecision,
 )
+from monitors.dist.ioloop import IoLoop
 from monitors.dist.messages import (
     CONNECTION_CLOSED,
     CONNECTION_SETUP_FAILED,
     DISCONNECT,
-    Message,
     NodeDown,
     NodeUp,
 )
-from monitors.dist.name_check import PING, PONG, NameCheck, Pings, refused_log_line
+from monitors.dist.messaging import Messenger
+from monitors.dist.name_check import NameCheck
 from monitors.dist.names import (
     format_address,
     new_creation,
@@ -68,118 +68,20 @@ from monitors.dist.names import (
     validate_registered_name,
 )
 from monitors.dist.pending import PendingLoop
-from monitors.dist.remote import _KERNELS, SIGNAL_FRAMES, RemoteRef, SignalRouter
+from monitors.dist.remote import _KERNELS, RemoteRef, SignalRouter
 from monitors.dist.tarpit import Tarpit
 from monitors.dist.ticks import PeerDown, SendTick
-from monitors.dist.tls_stream import TlsStream, TlsStreamError
+from monitors.dist.tls_stream import TlsStream
 from monitors.effects import SetTimer
 from monitors.retry_log import RetryLog
-from monitors.tls import TlsContexts, describe_san, peer_san, san_names_node
-from supervisors import Process, format_reason
+from monitors.tls import TlsContexts
+from supervisors import Process
 
 __all__ = ["NetKernel"]
 
 log = logging.getLogger("monitors.dist")
 
 _BY_URN: weakref.WeakValueDictionary[str, NetKernel] = weakref.WeakValueDictionary()
-_TICKER_MAX_SLEEP = 0.5
-# Connect failures that retrying soon will not fix: the peer is not a dist peer of our kind
-# (plain vs TLS), speaks another version, or refused our certificate or cookie. We back off.
-_HOPELESS = frozenset({"garbage", "bad_version", "bad_cookie", "tls"})
-# Refusals that no retry of this process can fix (name_check.py): it must not run.
-_FOR_GOOD = frozenset({NAME_IN_USE, ROLE_CONFLICT, "role_checked"})
-_TELL_AGAIN_AFTER = 60.0  # the same failure for the same peer is logged once a minute
-# A TCP connect whose SYN got no answer within this is tried again with a fresh SYN (the
-# kernel's own first retransmit comes only after 1 s, then 3 s, 7 s): a SYN dropped by a
-# cut that has since healed must not hold the link down.
-_SYN_RETRY = 0.25
-
-
-class _Pending:
-    """An outgoing connection attempt: who waits for it, and what auto-connect queued."""
-
-    __slots__ = ("done", "frames", "queued", "superseded")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.frames: list[bytes] = []
-        self.queued = 0
-        self.superseded = False  # an incoming connection from the same node won instead
-
-
-class _Slot:
-    """Where a call's reply lands. A bare lock: the cheapest wake-up CPython has."""
-
-    __slots__ = ("_lock", "error", "reply")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self.reply: dict[str, Any] | None = None
-        self.error: Exception | None = None
-
-    def set(self, reply: dict[str, Any]) -> None:
-        self.reply = reply
-        self._lock.release()
-
-    def fail(self, error: Exception) -> None:
-        self.error = error
-        self._lock.release()
-
-    def wait(self, timeout: float | None) -> bool:
-        if timeout is None:
-            return self._lock.acquire()
-        return self._lock.acquire(timeout=max(timeout, 0.0))
-
-
-class _Envelope:
-    """A mailbox envelope with our own reply object (duck-typed as pykka's): the handler's
-    thread writes the reply frame as it returns, so no thread sits between them."""
-
-    __slots__ = ("message", "reply_to")
-
-    def __init__(self, message: Any, reply_to: Any) -> None:
-        self.message = message
-        self.reply_to = reply_to
-
-
-class _Reply:
-    """Stands in for a pykka future: Process calls set()/set_exception() when the handler is
-    done (or the process ends first). It must never raise into the handler's thread."""
-
-    __slots__ = ("_conn", "_id", "_name")
-
-    def __init__(self, conn: Connection, call_id: Any, name: str) -> None:
-        self._conn = conn
-        self._id = call_id
-        self._name = name
-
-    def set(self, value: Any = None) -> None:
-        try:
-            frame = {"v": 1, "t": "reply", "id": self._id, "ok": True, "m": value}
-            data = encode(frame, self._conn.max_frame)
-        except (TypeError, ValueError, FrameError) as exc:
-            self.error("bad_reply", f"the reply of {self._name!r} is not a JSON frame: {exc}")
-            return
-        self._conn.write(data, block=False)
-
-    def set_exception(self, exc_info: Any = None) -> None:
-        exc = (exc_info or sys.exc_info())[1]
-        if isinstance(exc, ActorDeadError):
-            self.error("exit", f"{self._name!r} ended before replying")
-        else:
-            self.error("exception", format_reason(exc))
-
-    def error(self, kind: str, detail: str) -> None:
-        with contextlib.suppress(Exception):
-            frame = {"v": 1, "t": "reply", "id": self._id, "ok": False, "kind": kind}
-            frame["error"] = detail[:4096]
-            self._conn.write(encode(frame), block=False)
-
-
-def _roundtrip(msg: dict[str, Any]) -> dict[str, Any]:
-    """What a message looks like after the wire: local delivery behaves as remote does."""
-    return json.loads(json.dumps(msg, allow_nan=False))
 
 
 def _check_limits(node: str, *, seconds: dict[str, Any], ban: Any, counts: dict[str, Any]) -> None:
@@ -230,7 +132,8 @@ class NetKernel(Process):
     - `role`: this node's role ("core" or "ephemeral"), said in the handshake.
     - `role_check(node, role)`: "" if a peer of that name may connect with that role, else
       why not (a core name attaching as ephemeral, or the other way round). It may block
-      briefly (it asks the node monitor); it runs in the handshake's own thread.
+      briefly (it asks the node monitor); it runs on the pending loop's thread (incoming)
+      or the connect thread (outgoing), never on the I/O loop.
     """
 
     DEFAULT_NET_TICKTIME: ClassVar[float] = 4.0
@@ -264,7 +167,7 @@ class NetKernel(Process):
             cookie = cookie.encode()
         if not isinstance(cookie, bytes | bytearray) or not cookie:
             raise ValueError(f"{node}: cookie must be non-empty bytes or str")
-        self._cookie = bytes(cookie)
+        cookie = bytes(cookie)
         handshake_timeout = _setup_time(handshake_timeout, net_ticktime)
         _check_limits(
             node,
@@ -300,31 +203,28 @@ class NetKernel(Process):
         # Order: self._lock before conn.lock, never the other way round.
         self._lock = threading.RLock()
         self._conns: dict[str, Connection] = {}
-        self._outgoing: dict[str, _Pending] = {}
+        self._outgoing: dict[str, Attempt] = {}
         self._banned: dict[str, float] = {}
         self._names: dict[str, Any] = {}
         self._exposed: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._subscribers: dict[str, Any] = {}
-        self._call_ids = itertools.count(1)
         self._max_pending_per_address = max_handshakes
         self._pending_loop: PendingLoop | None = None
         self._stopped = threading.Event()
         self._running = False
-        self._tick_wake = threading.Event()
+        self._io: IoLoop | None = None  # reads, flushes and ticks every connection
         self._listener: socket.socket | None = None
-        self._handshaking: set[socket.socket] = set()  # closed on stop, so no thread lingers
         self._threads: list[threading.Thread] = []
         self._tls = tls
-        # The tarpit for failed cookie proofs (only the pending loop's thread uses it), and
-        # peers we failed to reach for a reason that retrying soon cannot fix (TLS refused, a
-        # plain/TLS mismatch, a wrong cookie), under _gate_lock. `_told` keeps logs to one
-        # line per reason.
-        self._gate_lock = threading.Lock()
+        # The tarpit for failed cookie proofs (only the pending loop's thread uses it).
         self._tarpit = Tarpit(cookie_gate)
-        self._connect_gate = FailureGate(free=0, initial=1.0, maximum=30.0)
-        self._told: dict[str, tuple[str, float]] = {}
         # The name check (name_check.py); its refusals by reason feed /metrics and the UI.
         self.names = NameCheck(self.net_ticktime, name_check_timeout, on_refused, role, role_check)
+        # The parts: see the module docstring.
+        self.backoff = Backoff(self.node, self.names)
+        self.dialer = Dialer(self, cookie)
+        self.admission = Admission(self, cookie)
+        self.messenger = Messenger(self)
         _BY_URN[self.actor_urn] = self
 
     def __repr__(self) -> str:
@@ -365,16 +265,19 @@ class NetKernel(Process):
         self._running = True
         _KERNELS.add(self)
         self._pending_loop = PendingLoop(
-            self,
+            self.admission,
             sock,
             self._tarpit,
             deadline=self.handshake_timeout,
             per_address=self._max_pending_per_address,
         )
-        for target, name in ((self._pending_loop.run, "listener"), (self._tick_loop, "ticker")):
-            thread = threading.Thread(target=target, name=f"dist-{name} {self.node}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._io = IoLoop(self.node, self._run_ticks)
+        self._io.start()
+        thread = threading.Thread(
+            target=self._pending_loop.run, name=f"dist-listener {self.node}", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
         log.info(
             "dist %s: listening on %s (creation %d, net_ticktime %g s, %s)",
             self.node,
@@ -407,22 +310,20 @@ class NetKernel(Process):
             conns = list(self._conns.values())
             pendings = list(self._outgoing.values())
             self._outgoing.clear()
-            handshaking = list(self._handshaking)
-        for sock in handshaking:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self.dialer.stop()
         for pending in pendings:
             pending.done.set()
         for conn in conns:
             self._connection_down(conn, DISCONNECT)
-        self._tick_wake.set()
+        if self._io is not None:
+            self._io.stop()  # it finishes (and closes) what it still holds
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(2.0)
         if self._listener is not None:
             self._listener.close()
         for conn in conns:
-            conn.join(2.0)
+            conn.finish()  # one published as we stopped never reached the loop
         log.info("dist %s: stopped", self.node)
 
     # ------------------------------------------------------------------ registry
@@ -532,7 +433,7 @@ class NetKernel(Process):
         with self._lock:
             if node in self._conns:
                 return True
-            pending = self._outgoing.get(node) or self._start_connect(node)
+            pending = self._outgoing.get(node) or self.dialer.start(node)
         if pending is None:
             return False
         # The connector's own deadlines: connect_timeout for TCP and as much for the
@@ -625,16 +526,6 @@ class NetKernel(Process):
 
     # ------------------------------------------------------------------ send and call
 
-    def _encode(self, frame: dict[str, Any], node: str, name: str, verb: str) -> bytes:
-        try:
-            return encode(frame, self.max_frame)
-        except FrameError as exc:
-            raise FrameTooLarge(f"{verb} to {name!r} on {node}: {exc}") from None
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"{verb} to {name!r} on {node}: the message must be a JSON object: {exc}"
-            ) from None
-
     def send(self, node: str, name: str, msg: dict[str, Any]) -> None:
         """Send `msg` (a JSON object) to the process registered as `name` on `node`.
 
@@ -642,40 +533,7 @@ class NetKernel(Process):
         Erlang, a message to a node that cannot be reached is dropped (logged at debug).
         Raises only for a bad message (TypeError) or one over max_frame (FrameTooLarge).
         """
-        if type(msg) is not dict:
-            raise TypeError(f"send to {name!r} on {node}: msg must be a dict; got {msg!r}")
-        conn = self._conns.get(node)
-        if conn is not None:
-            data = self._encode({"v": 1, "t": "send", "to": name, "m": msg}, node, name, "send")
-            if not conn.write(data):
-                log.debug(
-                    "dist %s: send to %r on %s dropped: connection closed", self.node, name, node
-                )
-            return
-        if node == self.node:
-            self._deliver_local(name, msg)
-            return
-        validate_node(node)
-        data = self._encode({"v": 1, "t": "send", "to": name, "m": msg}, node, name, "send")
-        with self._lock:
-            conn = self._conns.get(node)
-            if conn is None:
-                pending = self._outgoing.get(node) or self._start_connect(node)
-                if pending is None:
-                    log.debug(
-                        "dist %s: send to %r on %s dropped: %s",
-                        self.node,
-                        name,
-                        node,
-                        self._why_unreachable(node),
-                    )
-                elif pending.queued + len(data) > self._max_queue:
-                    log.debug("dist %s: send to %s dropped: connect queue full", self.node, node)
-                else:
-                    pending.frames.append(data)
-                    pending.queued += len(data)
-                return
-        conn.write(data)
+        self.messenger.send(node, name, msg)
 
     def send_many(self, node: str, name: str, msgs: list[dict[str, Any]]) -> None:
         """Send `msgs` in order to `name` on `node`, as `send` does each, but over a live
@@ -684,39 +542,7 @@ class NetKernel(Process):
         A shell that releases several messages to one peer at once (a group commit's acks,
         commits or lock requests) uses this. A message that cannot be sent (not JSON, over
         max_frame) is left out and its error raised once the others are on their way."""
-        conn = self._conns.get(node) if len(msgs) > 1 else None
-        if conn is None:
-            for msg in msgs:
-                self.send(node, name, msg)
-            return
-        frames: list[bytes] = []
-        error: Exception | None = None
-        for msg in msgs:
-            try:
-                if type(msg) is not dict:
-                    raise TypeError(f"send to {name!r} on {node}: msg must be a dict; got {msg!r}")
-                frame = {"v": 1, "t": "send", "to": name, "m": msg}
-                frames.append(self._encode(frame, node, name, "send"))
-            except (TypeError, FrameTooLarge) as exc:
-                error = error or exc
-        if frames and not conn.write(b"".join(frames)):
-            log.debug(
-                "dist %s: %d sends to %r on %s dropped: connection closed",
-                self.node,
-                len(frames),
-                name,
-                node,
-            )
-        if error is not None:
-            raise error
-
-    def _deliver_local(self, name: str, msg: dict[str, Any]) -> None:
-        ref = self._resolve(name)
-        if ref is None:
-            log.debug("dist %s: local send to %r dropped: not registered", self.node, name)
-            return
-        with contextlib.suppress(ActorDeadError):
-            ref.tell(Message(self.node, _roundtrip(msg)))
+        self.messenger.send_many(node, name, msgs)
 
     def call(self, node: str, name: str, msg: dict[str, Any], timeout: float = 5.0) -> Any:
         """Send `msg` to `name` on `node` and return what its `on_receive` returns.
@@ -724,120 +550,7 @@ class NetKernel(Process):
         Raises DistTimeout (no reply within `timeout` s), NodeUnreachable (no connection, or
         it went before the reply), RemoteCallError (no such name, the handler raised, ...).
         """
-        if type(msg) is not dict:
-            raise TypeError(f"call to {name!r} on {node}: msg must be a dict; got {msg!r}")
-        if node == self.node:
-            return self._call_local(name, msg, timeout)
-        deadline = time.monotonic() + timeout
-        conn = self._conns.get(node)
-        if conn is None:
-            if not self.connect(node, timeout=timeout):
-                raise NodeUnreachable(node, self._why_unreachable(node))
-            conn = self._conns.get(node)
-            if conn is None:
-                raise NodeUnreachable(node, "the connection went down as it came up")
-        call_id = next(self._call_ids)
-        data = self._encode(
-            {"v": 1, "t": "call", "id": call_id, "to": name, "m": msg}, node, name, "call"
-        )
-        slot = _Slot()
-        with conn.lock:
-            if conn.down is not None:
-                raise NodeUnreachable(node, f"the connection went down ({conn.down})")
-            calls = conn.calls  # keep this dict: a teardown swaps in a new one
-            calls[call_id] = slot
-        if not conn.write(data):
-            calls.pop(call_id, None)
-            raise NodeUnreachable(node, "the connection closed before the call went out")
-        if not slot.wait(deadline - time.monotonic()):
-            if calls.pop(call_id, None) is not None:
-                raise DistTimeout(node, name, timeout)
-            slot.wait(None)  # resolved just now by the reader or a teardown: it is set
-        if slot.error is not None:
-            raise slot.error
-        reply = slot.reply
-        assert reply is not None
-        if reply.get("ok") is True:
-            return reply.get("m")
-        raise RemoteCallError(node, name, str(reply.get("kind")), str(reply.get("error")))
-
-    def _call_local(self, name: str, msg: dict[str, Any], timeout: float) -> Any:
-        ref = self._resolve(name)
-        if ref is None:
-            raise RemoteCallError(self.node, name, "noproc", f"no process registered as {name!r}")
-        try:
-            result = ref.ask(Message(self.node, _roundtrip(msg)), timeout=timeout)
-        except pykka.Timeout:
-            raise DistTimeout(self.node, name, timeout) from None
-        except ActorDeadError:
-            raise RemoteCallError(
-                self.node, name, "exit", f"{name!r} ended before replying"
-            ) from None
-        except Exception as exc:
-            raise RemoteCallError(self.node, name, "exception", format_reason(exc)) from exc
-        try:
-            return _roundtrip({"m": result})["m"]
-        except (TypeError, ValueError) as exc:
-            raise RemoteCallError(self.node, name, "bad_reply", str(exc)) from None
-
-    # ------------------------------------------------------------------ frames in
-
-    def _on_frame(self, conn: Connection, frame: dict[str, Any]) -> None:
-        """Reader thread: one authenticated frame. A malformed one is logged and dropped."""
-        kind = frame["t"]
-        try:
-            if kind == "send":
-                ref = self._resolve(frame["to"])
-                if ref is None:
-                    log.debug(
-                        "dist %s: message for %r dropped: not registered", self.node, frame["to"]
-                    )
-                    return
-                try:
-                    ref.tell(Message(conn.node, frame["m"]))
-                except ActorDeadError:
-                    log.debug("dist %s: message for %r dropped: it ended", self.node, frame["to"])
-            elif kind == "reply":
-                slot = conn.calls.pop(frame["id"], None)
-                if slot is not None:  # else it timed out: a late reply is dropped
-                    slot.set(frame)
-            elif kind == "call":
-                self._serve_call(conn, frame)
-            elif kind in SIGNAL_FRAMES:
-                self.signals.on_frame(conn, frame)
-            elif kind == PING:
-                Pings.answer(conn, frame)
-            elif kind == PONG:
-                self.names.pings.on_pong(frame)
-            else:
-                log.info(
-                    "dist %s: ignored a frame of unknown type %r from %s",
-                    self.node,
-                    kind,
-                    conn.node,
-                )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            log.warning(
-                "dist %s: dropped a malformed %r frame from %s at %s: %s",
-                self.node,
-                kind,
-                conn.node,
-                conn.address,
-                format_reason(exc),
-            )
-
-    def _serve_call(self, conn: Connection, frame: dict[str, Any]) -> None:
-        name, call_id, msg = frame["to"], frame["id"], frame["m"]
-        if not isinstance(name, str):
-            raise TypeError(f"'to' must be a string; got {name!r}")
-        reply = _Reply(conn, call_id, name)
-        ref = self._resolve(name)
-        if ref is None:
-            reply.error("noproc", f"no process registered as {name!r} on {self.node}")
-            return
-        # Straight into the mailbox with our reply object: the reader never waits for the
-        # handler, and the reply is written from the handler's thread (see _Reply).
-        ref.actor_inbox.put(_Envelope(Message(conn.node, msg), reply))
+        return self.messenger.call(node, name, msg, timeout)
 
     # ------------------------------------------------------------------ connections
 
@@ -849,417 +562,6 @@ class NetKernel(Process):
             conn = self._conns.get(node)
         return conn
 
-    def _start_connect(self, node: str) -> _Pending | None:
-        """With self._lock held: begin connecting to `node`, unless we may not."""
-        if self._stopped.is_set() or self._ban_left(node):
-            return None
-        with self._gate_lock:
-            if self._connect_gate.blocked_for(node, time.monotonic()):
-                return None  # backing off after a failure retrying cannot fix (see _refused)
-        address = self._addresses.get(node)
-        if address is None:
-            log.debug("dist %s: no address for %s", self.node, node)
-            return None
-        pending = _Pending()
-        self._outgoing[node] = pending
-        thread = threading.Thread(
-            target=self._connector,
-            args=(node, address, pending),
-            name=f"dist-connect {self.node}->{node}",
-            daemon=True,
-        )
-        thread.start()
-        return pending
-
-    def _connector(self, node: str, address: tuple[str, int], pending: _Pending) -> None:
-        where = format_address(*address)
-        try:
-            sock = self._tcp_connect(address)
-        except OSError as exc:
-            self._retries.failure(
-                node, "dist %s: cannot connect to %s at %s: %s", self.node, node, where, exc
-            )
-            self._pending_failed(node, pending)
-            return
-        # The acceptor may ask a live holder of our name first (name_check.py): wait for that.
-        deadline = time.monotonic() + self.connect_timeout + self.names.timeout
-        try:
-            stream = None
-            if self._tls is not None:
-                try:
-                    stream = self._client_tls(sock, node, deadline)
-                except TlsStreamError as exc:
-                    _close(sock)
-                    if exc.kind == "refused":
-                        self._refused(node, f"cannot connect to {node} at {where}", str(exc))
-                    else:
-                        self._retries.failure(
-                            node,
-                            "dist %s: cannot connect to %s at %s: %s",
-                            self.node,
-                            node,
-                            where,
-                            exc,
-                        )
-                    self._pending_failed(node, pending)
-                    return
-            core = Connector(
-                self._cookie,
-                self.node,
-                self.creation,
-                node,
-                nonce=os.urandom(NONCE_SIZE),
-                max_frame=self.max_frame,
-                role=self.names.role,
-            )
-            verdict = self._handshake(sock, core, deadline, stream)
-            if isinstance(verdict, Established) and self._role_refused(verdict, where):
-                verdict = Failed("role_checked", "")  # logged and counted: back off quietly
-            if isinstance(verdict, Established):
-                sock.settimeout(None)
-                with self._lock:
-                    mine = self._outgoing.get(node) is pending and not self._stopped.is_set()
-                    conn = (
-                        self._publish(sock, verdict, True, where, stream=stream) if mine else None
-                    )
-                if conn is None:  # disconnect()ed, stopped, or superseded meanwhile
-                    _close(sock)
-                    self._pending_failed(node, pending)
-                else:
-                    conn.start()
-                return
-            _close(sock)
-            if (
-                isinstance(verdict, Failed)
-                and verdict.reason == "refused"
-                and NOK in verdict.detail
-            ):
-                # Simultaneous connect: the peer's connection to us wins; wait for it.
-                log.debug("dist %s: %s prefers its own connection to us", self.node, node)
-                pending.done.wait(self.handshake_timeout)
-            elif isinstance(verdict, Failed) and verdict.reason in _FOR_GOOD:
-                self._refused_for_good(node, verdict)
-            elif isinstance(verdict, Failed) and verdict.reason in _HOPELESS:
-                self._refused(
-                    node,
-                    f"cannot connect to {node} at {where}",
-                    f"{verdict.reason} ({verdict.detail})",
-                )
-            elif isinstance(verdict, Failed):
-                self._retries.failure(
-                    node,
-                    "dist %s: cannot connect to %s at %s: %s (%s)",
-                    self.node,
-                    node,
-                    where,
-                    verdict.reason,
-                    verdict.detail,
-                    level=logging.WARNING,
-                )
-            self._pending_failed(node, pending)
-        except Exception:
-            log.exception("dist %s: connecting to %s failed", self.node, node)
-            _close(sock)
-            self._pending_failed(node, pending)
-
-    # ------------------------------------------------------------------ TLS and back-off
-
-    def _client_tls(self, sock: socket.socket, node: str, deadline: float) -> TlsStream:
-        """The TLS handshake as the connector; the acceptor's certificate must name `node`
-        before anything of ours (even our name) goes out."""
-        assert self._tls is not None
-        stream = TlsStream(sock, self._tls.dist_client(), server_side=False)
-        stream.handshake(deadline)
-        wrong = self._impostor(stream, node)
-        if wrong:
-            raise TlsStreamError(wrong)
-        return stream
-
-    @staticmethod
-    def _impostor(stream: TlsStream, node: str) -> str:
-        """ "" if the peer's certificate names `node`; else why not (for the log)."""
-        san = peer_san(stream.peer_cert())
-        if san_names_node(san, node):
-            return ""
-        return (
-            f"its certificate names {describe_san(san)}, not {node} (a certificate names one "
-            f"node by a URI SAN rabbitry://name@host, or all nodes of a host by a DNS/IP SAN)"
-        )
-
-    def _tell(self, key: str, what: str, why: str, then: str = "") -> None:
-        """Log `what: why` as a warning the first time (per key and reason, once a minute),
-        at debug level after that: a misconfigured peer retries every second."""
-        now = time.monotonic()
-        with self._gate_lock:
-            last = self._told.get(key)
-            fresh = last is None or last[0] != why or now - last[1] > _TELL_AGAIN_AFTER
-            if fresh:
-                if len(self._told) >= 10_000:
-                    self._told.clear()
-                self._told[key] = (why, now)
-        log.log(
-            logging.WARNING if fresh else logging.DEBUG,
-            "dist %s: %s: %s%s",
-            self.node,
-            what,
-            why,
-            then,
-        )
-
-    def _refused(self, node: str, what: str, why: str) -> None:
-        """A connect failure retrying cannot fix: back off from `node` (1 s doubling to 30 s)."""
-        with self._gate_lock:
-            _, step = self._connect_gate.failed(node, time.monotonic())
-        self._tell(node, what, why, f"; backing off, next attempt in {step:g} s")
-
-    def _tcp_connect(self, address: tuple[str, int]) -> socket.socket:
-        """TCP connect within `connect_timeout`, sending a fresh SYN every _SYN_RETRY s
-        rather than waiting for the kernel's retransmits; raises OSError (TimeoutError when
-        no try got an answer in time)."""
-        deadline = time.monotonic() + self.connect_timeout
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return socket.create_connection(address, timeout=max(min(_SYN_RETRY, left), 0.01))
-            except TimeoutError:
-                if deadline - time.monotonic() <= 0.01 or self._stopped.is_set():
-                    raise TimeoutError(
-                        f"no answer within {self.connect_timeout:g} s (connect_timeout)"
-                    ) from None
-
-    def _pending_failed(self, node: str, pending: _Pending) -> None:
-        with self._lock:
-            if self._outgoing.get(node) is pending:
-                del self._outgoing[node]
-            dropped = len(pending.frames)
-            pending.frames = []
-        if dropped:
-            log.debug("dist %s: dropped %d queued message(s) for %s", self.node, dropped, node)
-        pending.done.set()
-
-    # The pending loop (pending.py) accepts and drives each incoming handshake to the hello,
-    # on one thread; these are its calls back into the kernel.
-
-    def new_acceptor(self) -> Acceptor:
-        return Acceptor(
-            self._cookie,
-            self.node,
-            self.creation,
-            nonce=os.urandom(NONCE_SIZE),
-            max_frame=self.max_frame,
-            role=self.names.role,
-        )
-
-    def tls_server_stream(self, sock: socket.socket) -> TlsStream | None:
-        return TlsStream(sock, self._tls.dist_server(), server_side=True) if self._tls else None
-
-    def hello(  # noqa: PLR0917
-        self,
-        sock: socket.socket,
-        core: Acceptor,
-        verdict: NeedDecision,
-        stream: TlsStream | None,
-        where: str,
-        source: str,
-    ) -> None:
-        """`verdict.node` proved the cookie and said hello on `sock` (blocking again): decide,
-        and publish the connection or refuse it."""
-        conn = None
-        try:
-            impostor, holder, why = self._check_claim(verdict, stream, source, where)
-            with self._lock:
-                status = (
-                    self._refuse_name(verdict.node, where, holder)
-                    if holder
-                    else ROLE_CONFLICT
-                    if why
-                    else NOT_ALLOWED
-                    if impostor
-                    else self._decide(verdict.node, verdict.creation)
-                )
-                step = core.decide(status, holder or why)
-                if isinstance(step.verdict, Established):
-                    old = self._conns.get(verdict.node)
-                    if old is not None:  # a restarted peer, or one that saw ours die
-                        self._connection_down(old, CONNECTION_CLOSED)
-                    conn = self._publish(sock, step.verdict, False, where, step.out, stream)
-            if conn is None:
-                log.debug("dist %s: refused %s from %s: %s", self.node, verdict.node, where, status)
-                with contextlib.suppress(OSError):
-                    sock.settimeout(1.0)
-                    sock.sendall(stream.seal(step.out) if stream is not None else step.out)
-                _close(sock)
-            else:
-                conn.start()
-        except Exception:
-            log.exception("dist %s: handshake with %s failed", self.node, where)
-            if conn is None:
-                _close(sock)
-
-    def _handshake(
-        self,
-        sock: socket.socket,
-        core: Acceptor | Connector,
-        deadline: float,
-        stream: TlsStream | None = None,
-    ) -> Any:
-        """Drive a handshake core over a socket (inside TLS if `stream`) until it gives a
-        verdict (or needs a decision). Every write the core asks for is done here."""
-        with self._lock:
-            if self._stopped.is_set():
-                return core.closed().verdict
-            self._handshaking.add(sock)
-        try:
-            return self._drive(sock, core, deadline, stream)
-        finally:
-            with self._lock:
-                self._handshaking.discard(sock)
-
-    def _drive(
-        self,
-        sock: socket.socket,
-        core: Acceptor | Connector,
-        deadline: float,
-        stream: TlsStream | None,
-    ) -> Any:
-        step = core.start()
-        while True:
-            if step.out:
-                try:
-                    sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                    sock.sendall(stream.seal(step.out) if stream is not None else step.out)
-                except OSError:
-                    step = core.closed()
-                    continue
-            if step.verdict is not None:
-                return step.verdict
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                step = core.timeout()
-                continue
-            try:
-                sock.settimeout(remaining)
-                data = sock.recv(4096)
-            except TimeoutError:
-                step = core.timeout()
-                continue
-            except OSError:
-                step = core.closed()
-                continue
-            if data and stream is not None:
-                try:
-                    data = stream.open(data)
-                except TlsStreamError as exc:
-                    core.closed()
-                    return Failed("tls", str(exc))
-                step = core.feed(data)
-                continue
-            step = core.feed(data) if data else core.closed()
-
-    def _check_claim(
-        self, hello: NeedDecision, stream: TlsStream | None, source: str, where: str
-    ) -> tuple[str, str, str]:
-        """Why the certificate does not name the node the hello claims ("" if it does),
-        where a running node of that name is ("" if none, see _live_holder), and why its
-        role conflicts with the cluster's membership ("" if it does not)."""
-        impostor = self._impostor(stream, hello.node) if stream is not None else ""
-        if impostor:
-            self._tell(source, f"refused {hello.node} from {where}", impostor)
-            return impostor, "", ""
-        holder = self._live_holder(hello.node, hello.creation)
-        if holder or self.names.role_check is None:
-            return "", holder, ""
-        why = self.names.role_check(hello.node, hello.role)
-        if why:
-            self.names.count(ROLE_CONFLICT, hello.node, why)
-            log.warning("dist %s: refused %s from %s: %s", self.node, hello.node, where, why)
-        return "", "", why
-
-    def _role_refused(self, est: Established, where: str) -> bool:
-        """The connector's side of the role check: the node we reached holds a name of the
-        cluster under the other role (a copied config with `role:` changed, say)."""
-        why = self.names.role_check(est.node, est.role) if self.names.role_check is not None else ""
-        if why:
-            self.names.count(ROLE_CONFLICT, est.node, why)
-            self._tell(est.node, f"dropped the connection to {est.node} at {where}", why)
-        return bool(why)
-
-    def _live_holder(self, node: str, creation: int) -> str:
-        """Where a running node of the name `node` is ("" if none): ourselves, or the peer
-        behind a live link of another incarnation that answers a ping within
-        name_check_timeout. Called without self._lock: the ping waits."""
-        if node == self.node:
-            return str(self.address) if creation != self.creation else ""
-        with self._lock:
-            old = self._conns.get(node)
-        if old is None or old.creation == creation or old.down is not None:
-            return ""
-        if self.names.pings.ask(old, self.names.timeout) is None:
-            log.info(
-                "dist %s: %s (creation %d) connects while our link to its creation %d is "
-                "silent: a restart, letting it in",
-                self.node,
-                node,
-                creation,
-                old.creation,
-            )
-            return ""
-        address = self._addresses.get(node)
-        return format_address(*address) if address is not None else old.address
-
-    def _refuse_name(self, node: str, where: str, holder: str) -> str:
-        """Count and log refusing a hello from `where` that claims `node`, held at `holder`."""
-        self.names.count(
-            NAME_IN_USE, node, f"refused a second process from {where}; it runs at {holder}"
-        )
-        log.warning(
-            "dist %s: refused %s from %s: the name is in use by a running node at %s",
-            self.node,
-            node,
-            where,
-            holder,
-        )
-        return NAME_IN_USE
-
-    def _refused_for_good(self, node: str, verdict: Failed) -> None:
-        """`node` refused our hello: a running node holds our name (`detail` is where), or
-        the cluster holds it under the other role (`detail` says why). Or we dropped the
-        connection for a role conflict on our side ("role_checked"): just back off."""
-        if verdict.reason == NAME_IN_USE:
-            self._told_off(node, NAME_IN_USE, refused_log_line(self.node, verdict.detail))
-        elif verdict.reason == ROLE_CONFLICT:
-            self._told_off(node, ROLE_CONFLICT, f"node {self.node}: {verdict.detail}")
-        else:
-            with self._gate_lock:
-                self._connect_gate.failed(node, time.monotonic())
-
-    def _told_off(self, node: str, reason: str, line: str) -> None:
-        """`node` refused us for `reason`, which this process cannot fix: count, log `line`,
-        and tell the owner (the node exits 2), or back off without one."""
-        self.names.count(reason, self.node, f"{node} refused us: {line}")
-        log.error("dist %s (refused by %s)", line, node)
-        callback = self.names.take_callback()
-        if callback is not None:
-            callback(reason, line)
-        else:
-            with self._gate_lock:
-                self._connect_gate.failed(node, time.monotonic())
-
-    def _decide(self, node: str, creation: int) -> str:
-        """With self._lock held: may `node` connect to us now? (See handshake.py.)"""
-        if self._stopped.is_set() or node == self.node or self._ban_left(node):
-            return NOT_ALLOWED
-        old = self._conns.get(node)
-        if old is not None:
-            # Ours, same incarnation, and ours wins the tie-break: keep it. Otherwise the peer
-            # has restarted, or believes the old connection dead: replace it.
-            if old.creation == creation and old.outgoing and self.node > node:
-                return NOK
-            return OK
-        if node in self._outgoing and self.node > node:
-            return NOK  # simultaneous connect: the greater name's connection wins, as Erlang
-        return OK
-
     def _publish(  # noqa: PLR0917
         self,
         sock: socket.socket,
@@ -1270,7 +572,7 @@ class NetKernel(Process):
         stream: TlsStream | None = None,
     ) -> Connection:
         """With self._lock held: make the connection live, flush what auto-connect queued,
-        and tell subscribers NodeUp. The caller starts its threads."""
+        and tell subscribers NodeUp. The caller then hands it to the I/O loop (`_start`)."""
         conn = Connection(
             sock,
             node=est.node,
@@ -1282,7 +584,7 @@ class NetKernel(Process):
             max_queue=self._max_queue,
             rest=est.rest,
             confirmed=outgoing,
-            on_frame=self._on_frame,
+            on_frame=self.messenger.on_frame,
             on_lost=self._connection_lost,
             local=self.node,
             stream=stream,
@@ -1299,9 +601,7 @@ class NetKernel(Process):
             pending.superseded = not outgoing
             pending.done.set()
         self._conns[est.node] = conn
-        with self._gate_lock:
-            self._connect_gate.succeeded(est.node)
-            self._told.pop(est.node, None)
+        self.backoff.succeeded(est.node)
         self._retries.success(
             est.node,
             "dist %s: node up: %s (creation %d) %s %s%s",
@@ -1314,11 +614,15 @@ class NetKernel(Process):
             always=True,
         )
         self._notify(NodeUp(est.node, est.creation))
-        self._tick_wake.set()
         return conn
 
+    def _start(self, conn: Connection) -> None:
+        """Hand a published connection to the I/O loop."""
+        assert self._io is not None  # published only while running
+        conn.start(self._io)
+
     def _connection_lost(self, conn: Connection, reason: str) -> None:
-        """The reader saw the socket close. Before the connector confirmed the handshake,
+        """The I/O loop saw the socket close. Before the connector confirmed the handshake,
         that is a failed setup rather than a closed connection."""
         if reason == CONNECTION_CLOSED and not conn.confirmed:
             reason = CONNECTION_SETUP_FAILED
@@ -1350,24 +654,6 @@ class NetKernel(Process):
 
     # ------------------------------------------------------------------ ticks
 
-    def _tick_loop(self) -> None:
-        """One thread for all connections' ticks: wake at the earliest due, run the cores."""
-        wake = self._tick_wake
-        while not self._stopped.is_set():
-            now = time.monotonic()
-            next_wake = now + _TICKER_MAX_SLEEP
-            for conn in list(self._conns.values()):
-                if conn.down is not None:
-                    continue
-                if now >= conn.tick_due:
-                    try:
-                        self._run_ticks(conn, now)
-                    except Exception:
-                        log.exception("dist %s: tick for %s failed", self.node, conn.node)
-                next_wake = min(next_wake, conn.tick_due)
-            wake.wait(max(next_wake - time.monotonic(), 0.0))
-            wake.clear()
-
     def _run_ticks(self, conn: Connection, now: float) -> None:
         core = conn.ticks
         core.sent(conn.last_sent)
@@ -1394,9 +680,3 @@ def _setup_time(handshake_timeout: float | None, net_ticktime: Any) -> Any:
     if handshake_timeout is not None:
         return handshake_timeout
     return min(net_ticktime, 7.0) if isinstance(net_ticktime, int | float) else 7.0
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()

@@ -1,9 +1,11 @@
 """TLS over a dist socket, through an `ssl.SSLObject` and memory BIOs.
 
-Why not `ssl.SSLSocket`: a dist connection reads on one thread while others write, and an
-OpenSSL connection must not be used by two threads at once. Here the socket stays a plain
-socket (so the writer keeps its non-blocking direct send), and every use of the TLS state
-(`seal` before a write, `open` after a read) takes one short lock. Records are sealed by
+Why not `ssl.SSLSocket`: a dist connection is read on the I/O loop's thread while senders
+write from theirs, and an OpenSSL connection must not be used by two threads at once. Here the
+socket stays a plain non-blocking socket (so a sender keeps its direct send), and every use of
+the TLS state (`seal` before a write, `open` after a read) takes one short lock. With memory
+BIOs the socket never raises SSLWantRead/SSLWantWrite: `open` returns what whole records
+held, and a partial record waits in the BIO for the rest. Records are sealed by
 whoever holds the writer's turn and sent in that order (connection.py), so they reach the
 peer in sequence. After the handshake only our own records flow: the server sends no session
 tickets (contexts.py), so reading never has to write.
@@ -18,6 +20,7 @@ import time
 from typing import Any
 
 from monitors.dist.handshake import MAGIC
+from monitors.tls import describe_san, peer_san, san_names_node
 
 READ_SIZE = 256 * 1024
 _TLS_RECORD = 0x16
@@ -170,6 +173,17 @@ class TlsStream:
     def describe(self) -> str:
         cipher = self._obj.cipher()
         return f"{self._obj.version()} {cipher[0] if cipher else '?'}"
+
+
+def cert_mismatch(stream: TlsStream, node: str) -> str:
+    """ "" if the peer's certificate names `node`; else why not (for the log)."""
+    san = peer_san(stream.peer_cert())
+    if san_names_node(san, node):
+        return ""
+    return (
+        f"its certificate names {describe_san(san)}, not {node} (a certificate names one "
+        f"node by a URI SAN rabbitry://name@host, or all nodes of a host by a DNS/IP SAN)"
+    )
 
 
 def _reason(exc: ssl.SSLError) -> str:

@@ -119,3 +119,23 @@ class Echo(Process):
         if op == "bad_reply":
             return {"x": object()}
         return None
+
+
+def fake_peer(kernel: NetKernel, node: str, creation: int = 7) -> Any:
+    """A raw socket that does the handshake as `node` (with the pure core) and then does
+    only what the test makes it do: it never ticks, and reads only when told to."""
+    import socket
+
+    from monitors.dist.handshake import Connector, Established
+
+    host, port = str(kernel.address).rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    core = Connector(COOKIE, node, creation, kernel.node, nonce=b"\x05" * 32)
+    core.start()
+    while True:
+        step = core.feed(sock.recv(4096))
+        if step.out:
+            sock.sendall(step.out)
+        if step.verdict is not None:
+            assert isinstance(step.verdict, Established), step.verdict
+            return sock

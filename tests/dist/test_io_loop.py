@@ -1,0 +1,72 @@
+"""The kernel's one I/O loop (ioloop.py): no thread per connection, and a peer that stops
+reading (a frozen, SIGSTOPped node) blocks neither the loop nor the other peers, only the
+senders past its queue's limit, until ticks call it down and free them."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from monitors.dist import NodeDown, NodeUp
+from tests.dist.helpers import Echo, Probe, fake_peer, mesh, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _dist_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("dist-"))
+
+
+def test_forty_connections_cost_no_thread_each(make_kernel):
+    a = make_kernel("a")
+    peers = [fake_peer(a, f"x{i}@127.0.0.1") for i in range(40)]
+    wait_until(lambda: len(a.nodes()) == 40, "all 40 peers up")
+    mine = [name for name in _dist_threads() if name.endswith(a.node)]
+    # The listener (handshakes) and the I/O loop (reads, writes, ticks): nothing per peer.
+    assert mine == [f"dist-io {a.node}", f"dist-listener {a.node}"]
+    for sock in peers:
+        sock.close()
+    wait_until(lambda: a.nodes() == [], "all 40 peers down")
+
+
+def test_a_peer_that_stops_reading_blocks_only_senders_past_its_limit(make_kernel):
+    a = make_kernel("a", net_ticktime=1.0, max_queue=256 * 1024)
+    b = make_kernel("b", net_ticktime=1.0)
+    mesh(a, b)
+    b.register("echo", Echo.start())
+    a.register("echo", Echo.start())
+    probe = Probe()
+    a.monitor_nodes(probe.ref)
+    frozen = fake_peer(a, "frozen@127.0.0.1")  # never reads, never ticks: SIGSTOPped
+    probe.wait_type(NodeUp, "frozen up")
+    assert a.connect(b.node)
+
+    blob = "x" * 200_000
+    sent = [0]
+    done = threading.Event()
+
+    def flood() -> None:  # send() waits once the queue holds max_queue: a busy dist port
+        while not done.is_set() and "frozen@127.0.0.1" in a.nodes():
+            a.send("frozen@127.0.0.1", "anyone", {"blob": blob})
+            sent[0] += 1
+        done.set()
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    # The queue fills (the socket buffers first), and then the sender waits ...
+    wait_until(lambda: a._conns["frozen@127.0.0.1"].queued >= 256 * 1024, "a full queue")
+    # ... while the loop serves the other peer both ways, and a send that does not wait
+    # (a reply, a signal, a tick) still goes into the frozen peer's queue.
+    assert a.call(b.node, "echo", {"op": "echo"}) == {"node": a.node, "msg": {"op": "echo"}}
+    assert b.call(a.node, "echo", {"op": "echo"}) == {"node": b.node, "msg": {"op": "echo"}}
+    conn = a._conns["frozen@127.0.0.1"]
+    conn.write(b"\x00\x00\x00\x00", block=False)
+    # A waiting sender adds its frame only once the queue is below the limit.
+    assert conn.queued < 256 * 1024 + len(blob) + 100
+    # Silent for net_ticktime: down, and the waiting sender is let go.
+    down = probe.wait_for(lambda m: isinstance(m, NodeDown), "frozen down")
+    assert down == NodeDown("frozen@127.0.0.1", "net_tick_timeout")
+    assert done.wait(10), "the sender still waits after the peer went down"
+    assert sent[0] >= 1 and a.nodes() == [b.node]
+    frozen.close()
