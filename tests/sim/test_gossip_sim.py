@@ -113,7 +113,7 @@ def test_the_invariants_catch_celerys_ack_counting(monkeypatch: pytest.MonkeyPat
         sent = plain_ack(self, e, p, now)  # broadcast, as Celery does
         return Publish(sent.routing_key, sent.body)
 
-    def celery_on_elect(self, msg, now):  # type: ignore[no-untyped-def]
+    def celery_on_elect(self, msg, now, proxy=False):  # type: ignore[no-untyped-def]
         # every proposal is acked, and a candidacy heard is not taken as an ack
         e = self.pending.setdefault(msg["id"], election_core._Election(msg["id"], now))
         p = election_core.Proposal(
