@@ -219,8 +219,8 @@ class ElectionCore:
         r = self.results.get(eid)
         if r is not None:
             return [
-                Log.info("election already decided", id=eid, winner=r.winner),
-                ElectionDecided(eid, r.winner, r.topic),
+                Log.info("election already decided", id=eid, winner=r.elected[0]),
+                ElectionDecided(eid, r.elected[0], r.topic),
             ]
         e = self.pending.get(eid)
         if e is None:
@@ -627,7 +627,7 @@ class ElectionCore:
             "paused": self.paused,
             # the last few decided, newest first, for the management page
             "last": [
-                {"id": r.id, "topic": r.topic, "winner": r.winner, "at": r.at}
+                {"id": r.id, "topic": r.topic, "winner": r.elected[0], "at": r.at}
                 for r in list(self.results.values())[-5:][::-1]
             ],
         }

@@ -418,7 +418,11 @@ class GossipCore:
             return self._mingle(self.mingle.on_hello(msg, now, alive), now)
         if rk == wire.REPLY:
             self._revoked_version += 1
-            out = self._seen(msg, now, self.heartbeat_interval) if self.gossip else []
+            # a client tracks nobody: it hears no heartbeat that would keep a replier alive
+            track = self.gossip and not self.client
+            out = self._seen(msg, now, self.heartbeat_interval) if track else []
+            if self.client and msg.get("ask") and msg.get("to_pid", self.pid) == self.pid:
+                out += self.mingle.resync(msg["hostname"], now)  # our proxy wants our set
             return out + self._mingle(self.mingle.on_reply(msg, now), now)
         if rk == wire.CHUNK:
             self._revoked_version += 1

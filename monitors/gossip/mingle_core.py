@@ -292,9 +292,11 @@ class MingleCore:
 
     def push(self, node: str, pid: int, now: float) -> list[GossipEffect]:
         """Send a client our whole revoked set as a reply outside any round (it merges a late
-        reply and counts nothing): a client hears no heartbeats, so it cannot start a resync
-        when its digest differs from ours; its proxy pushes instead."""
-        return self._reply(node, pid, 0, set(), now, [])
+        reply and counts nothing), asking it for its own (`ask`: it answers with a direct
+        hello). A client hears no heartbeats, so it cannot start a resync when its digest
+        differs from ours; its proxy does. The ask matters when the whole core restarted:
+        then only the clients still hold what was revoked before."""
+        return self._reply(node, pid, 0, set(), now, [], ask=True)
 
     def _hello_complete(
         self, host: str, hello: dict[str, Any], seen: set[str], now: float, alive: list[str]
@@ -303,7 +305,14 @@ class MingleCore:
         return out + self._count(host, [], now, reply=False)
 
     def _reply(  # noqa: PLR0917 (the reply's fields, in the order of the message)
-        self, host: str, pid: int, rnd: int, seen: set[str], now: float, alive: list[str]
+        self,
+        host: str,
+        pid: int,
+        rnd: int,
+        seen: set[str],
+        now: float,
+        alive: list[str],
+        ask: bool = False,
     ) -> list[GossipEffect]:
         self.revoked.purge(now)  # never ship expired ids (Celery's hello purges too)
         delta = {k: v for k, v in self.revoked.to_wire().items() if k not in seen}
@@ -318,6 +327,7 @@ class MingleCore:
             alive=named,
             settled=self.rounds_done > 0 or not self.enabled,
             to_pid=pid,
+            **({"ask": True} if ask else {}),
         )
         return [
             Log.info("mingle: sync with", node=host, sent=sum(map(len, chunks))),

@@ -144,7 +144,7 @@ SCHEMAS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     ),
     REPLY: (
         {"round": "count", "chunks": "chunks", "revoked": "revoked", "alive": "names"},
-        {"settled": "bool", "to_pid": "count"},
+        {"settled": "bool", "to_pid": "count", "ask": "bool"},
     ),
     CHUNK: (
         {
