@@ -533,6 +533,9 @@ class Node:
             config.node,
             monitor=self.parts.monitor,
             exchange=config.gossip.exchange,
+            # an ephemeral member (an executor) is a gossip client: it hears revokes and
+            # results, and its hellos and proposals are served by the core (issue 26)
+            client=config.role == "ephemeral",
             **config.gossip.core_options(),
         )
         self.parts.gossip.proxy().register_election_handler(ELECT_TOPIC, lambda _action: None)

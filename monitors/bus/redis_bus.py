@@ -1,9 +1,10 @@
 """redis://: broadcasts over Redis pub/sub, direct sends through a per-node list.
 
 Keys and channels, for exchange E and node N:
-    E:bc:<routing key>   pub/sub channel of a broadcast; every bus PSUBSCRIBEs "E:bc:*" and
-                         filters with the topic matcher (Redis's glob `*` also matches dots, so
-                         it cannot express AMQP's `*` by itself)
+    E:bc:<routing key>   pub/sub channel of a broadcast; a bus PSUBSCRIBEs one glob per pattern
+                         it has (redis_globs.py: a superset, since Redis's `*` also matches
+                         dots) and filters with the topic matcher, so Redis delivers a
+                         broadcast only to the nodes that listen for it
     E:direct:N           list of N's direct frames (LPUSH by senders, RPOP by N): a direct send
                          survives until N reads it, for up to `direct_expires` without a push
     E:wake:N             pub/sub channel that tells N "your list has something" (no payload)
@@ -15,6 +16,7 @@ bus does its own reconnecting, with backoff, and must see every failure to repor
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -28,7 +30,8 @@ from redis.retry import Retry
 from monitors.bus.backoff import Backoff
 from monitors.bus.base import Bus, log
 from monitors.bus.errors import BusUnavailable
-from monitors.bus.outbox import BROADCAST, Request
+from monitors.bus.outbox import BIND, BROADCAST, UNBIND, Request
+from monitors.bus.redis_globs import GlobSet, glob_for
 
 # Atomic "push unless full": LPUSH+LTRIM would silently drop the OLDEST frame of a full list,
 # which may be a confirmed one; refusing the NEW one lets its sender know.
@@ -56,6 +59,11 @@ class RedisBus(Bus):
         self._bc_prefix = f"{self.exchange}:bc:"
         self._wake_channel = f"{self.exchange}:wake:{self.node}"
         self._drain_soon = False  # set by the first subscription: read the list now
+        # Pattern changes for the reader thread, which owns the pub/sub connection: it
+        # (un)subscribes their globs and finishes a BIND request once Redis confirms it.
+        self._glob_changes: collections.deque[Request] = collections.deque()
+        self._globs = GlobSet()  # confirmed on the current connection (reader thread only)
+        self._waiting: dict[str, list[Request]] = {}  # glob -> BIND requests (reader only)
         self._reader = threading.Thread(
             target=self._read_loop, name=self._thread_name("reader"), daemon=True
         )
@@ -108,8 +116,39 @@ class RedisBus(Bus):
             if thread.is_alive():
                 thread.join(10)
 
-    def _pattern_added(self, pattern: str) -> None:
+    def _pattern_added(self, pattern: str) -> Request:
+        request = Request(BIND, pattern)
+        self._glob_changes.append(request)
         self._drain_soon = True
+        return request
+
+    def _pattern_removed(self, pattern: str) -> None:
+        self._glob_changes.append(Request(UNBIND, pattern))
+
+    def _glob_counts(self) -> collections.Counter[str]:
+        return collections.Counter(glob_for(self._bc_prefix, p) for p in self._patterns_snapshot())
+
+    def _apply_glob_changes(self, pubsub: Any) -> None:
+        """Reader thread: (un)subscribe the globs of the patterns added or removed since."""
+        if not self._glob_changes:
+            return
+        counts = self._glob_counts()
+        while self._glob_changes:
+            request = self._glob_changes.popleft()
+            glob = glob_for(self._bc_prefix, request.routing_key)
+            if request.kind == BIND:
+                if glob in self._globs.active:
+                    request.finish()
+                else:
+                    self._waiting.setdefault(glob, []).append(request)
+                    pubsub.psubscribe(glob)
+            elif counts[glob] == 0 and (glob in self._globs.active or glob in self._waiting):
+                pubsub.punsubscribe(glob)
+
+    def _glob_confirmed(self, glob: str) -> None:
+        self._globs.confirmed(glob)
+        for request in self._waiting.pop(glob, []):
+            request.finish()
 
     def _backoff(self) -> Backoff:
         return Backoff(self.options.reconnect_initial, self.options.reconnect_max)
@@ -139,29 +178,43 @@ class RedisBus(Bus):
                 self._stop.wait(backoff.next())
 
     def _listen(self, client: redis.Redis, pubsub: Any, backoff: Backoff) -> None:
-        pubsub.psubscribe(f"{self._bc_prefix}*")
+        self._globs.clear()
+        self._glob_changes.clear()  # the snapshot below has every pattern there is
+        globs = set(self._glob_counts())
+        for glob in sorted(globs):
+            pubsub.psubscribe(glob)
         pubsub.subscribe(self._wake_channel)
-        awaiting = {"psubscribe", "subscribe"}  # connected only once Redis confirmed both
+        # connected only once Redis confirmed every glob and the wake-up channel
+        awaiting: set[Any] = {("psubscribe", g) for g in globs} | {("subscribe", None)}
         now = time.monotonic()
         last_heard, next_ping, next_drain = now, now + _PING_EVERY, now
         while not self._stop.is_set():
+            self._apply_glob_changes(pubsub)
             message = pubsub.get_message(timeout=0.1)
             now = time.monotonic()
             if message is not None:
                 last_heard = now
                 kind = message["type"]
                 if kind == "pmessage":
-                    self._on_broadcast(message["channel"], message["data"])
+                    self._on_broadcast(message["pattern"], message["channel"], message["data"])
                 elif kind == "message":
                     next_drain = now  # a wake-up: our list has something
-                elif kind in awaiting:
-                    awaiting.discard(kind)
-                    if not awaiting:
-                        self._set_connected(True)
-                        backoff.reset()
+                elif kind == "psubscribe":
+                    glob = _text(message["channel"])
+                    self._glob_confirmed(glob)
+                    awaiting.discard((kind, glob))
+                elif kind == "punsubscribe":
+                    self._globs.dropped(_text(message["channel"]))
+                elif kind == "subscribe":
+                    awaiting.discard((kind, None))
+                if kind in ("psubscribe", "subscribe") and awaiting == set():
+                    awaiting = {"done"}
+                    self._set_connected(True)
+                    backoff.reset()
             # The list is read only once something is subscribed: frames queued for this node
             # before it subscribed must wait for their handlers, not become "unrouted".
-            if not awaiting and self._patterns and (now >= next_drain or self._drain_soon):
+            connected = awaiting == {"done"}
+            if connected and self._patterns and (now >= next_drain or self._drain_soon):
                 self._drain_soon = False
                 self._drain(client)
                 next_drain = time.monotonic() + _DRAIN_EVERY
@@ -171,8 +224,11 @@ class RedisBus(Bus):
             if now - last_heard > _DEAD_AFTER:
                 raise ConnectionError(f"no reply from Redis for {_DEAD_AFTER:g} s")
 
-    def _on_broadcast(self, channel: bytes, data: Any) -> None:
-        key = channel.decode("utf-8", "replace")[len(self._bc_prefix) :]
+    def _on_broadcast(self, glob: Any, channel: bytes, data: Any) -> None:
+        name = _text(channel)
+        if self._globs.owner(name) != _text(glob):
+            return  # another of our globs matches it too: that copy is the one handled
+        key = name[len(self._bc_prefix) :]
         if not isinstance(data, bytes):
             data = str(data).encode()
         self._receive(data, direct=False, expect_rk=key)
@@ -260,3 +316,7 @@ class RedisBus(Bus):
         else:
             self._count("dropped_unconfirmed")
             request.finish()
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

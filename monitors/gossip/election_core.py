@@ -48,6 +48,14 @@ Here:
   leaves; a retry timer resends our proposal every `retry` s, a node that joins gets it
   directly, a bus reconnect resends our proposals and acks (what was sent around the cut may
   be lost), and at the deadline the caller gets ElectionFailed with the reason.
+- Clients (executors, issue 26) never decide and never ack: they hear only results. A client's
+  proposal (`client: true`) goes to the core members, and exactly one of them, the client's
+  *proxy* (chosen by GossipCore), stands for it: a proposal of the proxy's own, with the
+  proxy's clock, carrying `for: [client, pid]`. The core then decides among its own proposals
+  as above, waiting only for core members, and a result with `for` names the client as the
+  winner everywhere (ElectionDecided) and runs the action there. Client proposals are never
+  recorded as candidacies: their clocks are not ordered against the core's proposals (a client
+  does not hear them), so the agreement argument above would not hold for them.
 - A paused node (its node monitor paused it: the minority side) neither stands nor decides; it
   still acks. A proposer paused after it proposed keeps its candidacy (withdrawing it could
   make deciders disagree); if it wins, it runs the action when it resumes. A paused proposer
@@ -87,6 +95,7 @@ class Proposal:
     topic: str
     action: Any = None
     hint: bool = False
+    for_: tuple[str, int] | None = None  # the client a proxy stands for (it wins for it)
 
     @property
     def member(self) -> str:
@@ -108,10 +117,16 @@ class Result:
     winner_pid: int
     winner_clock: int
     at: float = 0.0  # our wall clock when we learnt it (for expiry)
+    for_: tuple[str, int] | None = None  # the client the winning proxy stood for
 
     @property
     def key(self) -> tuple[int, str]:
         return (self.winner_clock, wire.member_id(self.winner, self.winner_pid))
+
+    @property
+    def elected(self) -> tuple[str, int]:
+        """Who runs the action: the client a proxy stood for, else the winner itself."""
+        return self.for_ if self.for_ is not None else (self.winner, self.winner_pid)
 
 
 @dataclass
@@ -130,6 +145,7 @@ class _Election:
     next_retry: float = 0.0
     attempts: int = 0
     deferred: bool = False  # asked before we were ready: the proposal waits
+    proxy_for: tuple[str, int] | None = None  # we stand for this client (see _stand_for)
 
     @property
     def asking(self) -> bool:
@@ -173,8 +189,10 @@ class ElectionCore:
         max_pending: int = 1000,
         results_max: int = 10000,
         results_ttl: float = 3600.0,
+        client: bool = False,
     ) -> None:
         self.s = stamper
+        self.client = client  # an executor: proposes through the core, never decides or acks
         self.retry = retry
         self.attempts = max(1, attempts)
         self.forget = forget
@@ -201,8 +219,8 @@ class ElectionCore:
         r = self.results.get(eid)
         if r is not None:
             return [
-                Log.info("election already decided", id=eid, winner=r.winner),
-                ElectionDecided(eid, r.winner, r.topic),
+                Log.info("election already decided", id=eid, winner=r.elected[0]),
+                ElectionDecided(eid, r.elected[0], r.topic),
             ]
         e = self.pending.get(eid)
         if e is None:
@@ -228,7 +246,9 @@ class ElectionCore:
         if own is None or (not own.candidate and not self.paused):
             me = self.s
             clock = me.clock.forward()
-            own = Proposal(clock, me.hostname, me.pid, not self.paused, e.topic, e.action)
+            own = Proposal(
+                clock, me.hostname, me.pid, not self.paused, e.topic, e.action, for_=e.proxy_for
+            )
             e.own = own
             e.acks = set()
             e.record(own)
@@ -243,6 +263,11 @@ class ElectionCore:
         return out + self._maybe_decide(e, now)
 
     def _elect_msg(self, p: Proposal, eid: str, now: float) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.client:
+            extra["client"] = True
+        if p.for_ is not None:
+            extra["for"] = list(p.for_)
         return self.s.stamp(
             wire.ELECT,
             now,
@@ -251,6 +276,7 @@ class ElectionCore:
             topic=p.topic,
             action=p.action,
             candidate=p.candidate,
+            **extra,
         )
 
     def _ack(self, e: _Election, p: Proposal, now: float) -> Direct:
@@ -262,6 +288,8 @@ class ElectionCore:
         if best is not None:
             fields["best"] = [best.clock, best.hostname, best.pid]
             fields["best_topic"] = best.topic
+            if best.for_ is not None:
+                fields["best_for"] = list(best.for_)
         return Direct(p.hostname, wire.ELECT_ACK, self.s.stamp(wire.ELECT_ACK, now, **fields))
 
     def _arm(self, e: _Election, now: float) -> list[GossipEffect]:
@@ -313,19 +341,30 @@ class ElectionCore:
 
     # ---- messages from other nodes ----------------------------------------------------------------
 
-    def on_elect(self, msg: dict[str, Any], now: float) -> list[GossipEffect]:
-        """A proposal: record it and ack it (or tell its sender the result, if decided)."""
+    def on_elect(self, msg: dict[str, Any], now: float, proxy: bool = False) -> list[GossipEffect]:
+        """A proposal: record it and ack it (or tell its sender the result, if decided). A
+        client's proposal is not recorded: with `proxy` (we are its proxy) we stand for it."""
         eid, host = msg["id"], msg["hostname"]
         r = self.results.get(eid)
         if r is not None:
             return [Direct(host, wire.ELECT_RESULT, self._result_msg(r, now))]
+        if msg.get("client"):
+            if not proxy or self.client or not msg["candidate"]:
+                return []
+            return self._stand_for(eid, msg, now)
         e = self.pending.get(eid)
         if e is None:
             if len(self.pending) >= self.max_pending:
                 return [Log.warning("election dropped: too many in progress", id=eid, node=host)]
             e = self.pending[eid] = _Election(eid, now)
         p = Proposal(
-            msg["clock"], host, msg["pid"], msg["candidate"], msg["topic"], msg.get("action")
+            msg["clock"],
+            host,
+            msg["pid"],
+            msg["candidate"],
+            msg["topic"],
+            msg.get("action"),
+            for_=_member(msg.get("for")),
         )
         e.record(p)
         if p.candidate:
@@ -345,7 +384,16 @@ class ElectionCore:
             return []
         best = msg.get("best")
         if best is not None:
-            e.record(Proposal(best[0], best[1], best[2], True, msg["best_topic"], hint=True))
+            hint = Proposal(
+                best[0],
+                best[1],
+                best[2],
+                True,
+                msg["best_topic"],
+                hint=True,
+                for_=_member(msg.get("best_for")),
+            )
+            e.record(hint)
         own = e.own
         if own is None or msg["to"] != own.member or msg["to_clock"] != own.clock:
             return []  # for another proposal, or an older one of ours
@@ -361,20 +409,45 @@ class ElectionCore:
             msg["winner_pid"],
             msg["winner_clock"],
             now,
+            for_=_member(msg.get("for")),
         )
         return self._adopt(r, now)
+
+    def _stand_for(self, eid: str, msg: dict[str, Any], now: float) -> list[GossipEffect]:
+        """Stand, as a client's proxy, for `msg`'s client: our own proposal, which the core
+        decides on as on any other, with `for` naming the client. If we already have a
+        proposal under this id it stands instead (one proposal per member and id)."""
+        e = self.pending.get(eid)
+        if e is not None and e.own is not None:
+            return []
+        if e is None:
+            if len(self.pending) >= self.max_pending:
+                return [Log.warning("election dropped: too many in progress", id=eid)]
+            e = self.pending[eid] = _Election(eid, now)
+        e.topic, e.action, e.touched = msg["topic"], msg.get("action"), now
+        e.deadline = now + self.retry * self.attempts
+        e.attempts = 0
+        e.proxy_for = (msg["hostname"], msg["pid"])
+        if not self.ready:
+            e.deferred = True
+            return self._arm(e, now)
+        return self._propose(e, now)
 
     # ---- deciding -------------------------------------------------------------------------------
 
     def _maybe_decide(self, e: _Election, now: float) -> list[GossipEffect]:
         own = e.own
+        if self.client:
+            return []  # the core decides; we hear the result
         if not e.asking or own is None or not own.candidate or self.paused or not self.ready:
             return []
         if self.alive - e.acks - e.heard:
             return []
         best = e.best()
         assert best is not None  # our own candidacy is among them
-        r = Result(e.id, best.topic, best.action, best.hostname, best.pid, best.clock, now)
+        r = Result(
+            e.id, best.topic, best.action, best.hostname, best.pid, best.clock, now, best.for_
+        )
         out: list[GossipEffect] = [
             Log.info("election decided", id=e.id, winner=best.member, acks=sorted(e.acks))
         ]
@@ -386,6 +459,7 @@ class ElectionCore:
         return out + self._adopt(r, now)
 
     def _result_msg(self, r: Result, now: float) -> dict[str, Any]:
+        extra: dict[str, Any] = {"for": list(r.for_)} if r.for_ is not None else {}
         return self.s.stamp(
             wire.ELECT_RESULT,
             now,
@@ -395,6 +469,7 @@ class ElectionCore:
             winner=r.winner,
             winner_pid=r.winner_pid,
             winner_clock=r.winner_clock,
+            **extra,
         )
 
     def _adopt(self, r: Result, now: float) -> list[GossipEffect]:
@@ -414,8 +489,16 @@ class ElectionCore:
             )
         e = self.pending.pop(r.id, None)
         if e is not None and e.own is not None and e.own.key == r.key:
-            r = Result(r.id, e.own.topic, e.own.action, r.winner, r.winner_pid, r.winner_clock)
-        r = Result(r.id, r.topic, r.action, r.winner, r.winner_pid, r.winner_clock, now)
+            r = Result(
+                r.id,
+                e.own.topic,
+                e.own.action,
+                r.winner,
+                r.winner_pid,
+                r.winner_clock,
+                for_=e.own.for_,
+            )
+        r = Result(r.id, r.topic, r.action, r.winner, r.winner_pid, r.winner_clock, now, r.for_)
         self.results[r.id] = r
         self.results.move_to_end(r.id)
         while len(self.results) > self.results_max:
@@ -423,12 +506,13 @@ class ElectionCore:
             self.ran.discard(gone)
         if e is not None and e.asking:
             out.append(CancelTimer(TIMER_PREFIX + r.id))
-        out.append(ElectionDecided(r.id, r.winner, r.topic))
-        if r.winner == self.s.hostname and r.winner_pid == self.s.pid:
+        elected, elected_pid = r.elected
+        out.append(ElectionDecided(r.id, elected, r.topic))
+        if elected == self.s.hostname and elected_pid == self.s.pid:
             out += self._run(r)
         else:
             self.owed.pop(r.id, None)
-            out.append(Log.info("node elected", id=r.id, winner=r.winner))
+            out.append(Log.info("node elected", id=r.id, winner=elected))
         return out
 
     def _run(self, r: Result) -> list[GossipEffect]:
@@ -543,7 +627,12 @@ class ElectionCore:
             "paused": self.paused,
             # the last few decided, newest first, for the management page
             "last": [
-                {"id": r.id, "topic": r.topic, "winner": r.winner, "at": r.at}
+                {"id": r.id, "topic": r.topic, "winner": r.elected[0], "at": r.at}
                 for r in list(self.results.values())[-5:][::-1]
             ],
         }
+
+
+def _member(value: Any) -> tuple[str, int] | None:
+    """A validated wire `[name, pid]` (wire.py checked its shape), or None."""
+    return (value[0], value[1]) if isinstance(value, list) else None

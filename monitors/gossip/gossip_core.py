@@ -26,6 +26,22 @@ Better than Celery on top of the parts' own improvements:
   reconnect every known worker gets a fresh heartbeat window, we announce ourselves again,
   mingle again (what was revoked meanwhile comes back) and resend our election messages.
 
+Clients (issue 26): an executor runs its core with `client=True`. It subscribes to
+wire.CLIENT_PATTERNS only, so the broker hands it revokes, election results and the replies to
+its own hello, never another node's heartbeat, hello or proposal; its heartbeats say `client`
+and reach core members only. A core member keeps the full Celery behaviour with the other core
+members and tracks clients as workers, but never waits for one: clients are not in the
+elections' alive set, nor in the alive lists a mingle reply names. For each client, exactly one
+core member is its *proxy*: the highest of crc32(client, member) over the core members this
+member believes alive, itself included (rendezvous hashing: when a member comes or goes, only
+the clients it served move). The proxy answers the client's hello, stands for its election
+proposals (election_core.py), and pushes it our revoked set when its heartbeat digest keeps
+differing. Members whose views differ for a moment may both answer, or neither: two replies
+are harmless, and with none the client asks every member (mingle_core.py) and resends its
+proposal every `election_retry` s. A core node of the previous release treats a client as a
+worker that never acks, so its elections wait for clients until they time out: upgrade the
+core members before the executors.
+
 Bad messages (unknown routing key, wrong version, missing or ill-typed fields) are logged and
 dropped; nothing raises on input from the bus.
 """
@@ -33,6 +49,7 @@ dropped; nothing raises on input from the bus.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +94,7 @@ class Worker:
     mismatches: int = 0
     resync_at: float = float("-inf")
     drifting: bool = False
+    client: bool = False  # an executor: never waited for (see the module docstring)
 
     def expires(self, window: float) -> float:
         return self.last_seen + self.freq * window
@@ -115,8 +133,10 @@ class GossipCore:
         connected: bool = True,
         clock: LamportClock | None = None,
         revoked: LimitedSet | None = None,
+        client: bool = False,
     ) -> None:
         self.node = node
+        self.client = client
         self.pid = pid
         self.heartbeat_interval = heartbeat_interval
         self.interval = interval
@@ -142,9 +162,10 @@ class GossipCore:
             sync_chunk=sync_chunk,
             sync_max=sync_max,
             enabled=not without_mingle,
+            client=client,
         )
         self.elections = ElectionCore(
-            self.stamper, retry=election_retry, attempts=election_attempts
+            self.stamper, retry=election_retry, attempts=election_attempts, client=client
         )
         self.workers: dict[str, Worker] = {}
         self.connected = connected
@@ -178,6 +199,16 @@ class GossipCore:
         window = self.expire_window  # Worker.expires, inlined: every hello asks, per worker
         return sorted(h for h, w in self.workers.items() if now < w.last_seen + w.freq * window)
 
+    def core_alive(self, now: float) -> list[str]:
+        """The core members we believe alive (clients left out): whom a mingle names and an
+        election waits for."""
+        return [h for h in self.alive_workers(now) if not self.workers[h].client]
+
+    def proxy_of(self, client: str, now: float) -> str:
+        """The core member that serves `client` (see the module docstring)."""
+        members = [*self.core_alive(now), self.node]
+        return max(members, key=lambda m: (zlib.crc32(f"{client}|{m}".encode()), m))
+
     def is_revoked(self, task_id: str) -> bool:
         return task_id in self.revoked
 
@@ -189,6 +220,7 @@ class GossipCore:
             "alive": self.alive_workers(),
             "revoked": len(self.revoked),
             "connected": self.connected,
+            "client": self.client,
             "mingling": self.mingle.mingling,
             "mingled": self.mingled,
             "elections": self.elections.status(),
@@ -376,15 +408,25 @@ class GossipCore:
             return [Revoked(tuple(new))] if new else []
         if rk == wire.HELLO:
             self._revoked_version += 1
-            alive = self.alive_workers(now)
+            if self.client:
+                return []  # a hello sent to us directly: clients serve no mingle
+            if msg.get("client"):
+                host = msg["hostname"]
+                answer = not msg.get("one") or self.proxy_of(host, now) == self.node
+                return self._mingle(self.mingle.on_hello(msg, now, [], reply=answer), now)
+            alive = self.core_alive(now)
             return self._mingle(self.mingle.on_hello(msg, now, alive), now)
         if rk == wire.REPLY:
             self._revoked_version += 1
-            out = self._seen(msg, now, self.heartbeat_interval) if self.gossip else []
+            # a client tracks nobody: it hears no heartbeat that would keep a replier alive
+            track = self.gossip and not self.client
+            out = self._seen(msg, now, self.heartbeat_interval) if track else []
+            if self.client and msg.get("ask") and msg.get("to_pid", self.pid) == self.pid:
+                out += self.mingle.resync(msg["hostname"], now)  # our proxy wants our set
             return out + self._mingle(self.mingle.on_reply(msg, now), now)
         if rk == wire.CHUNK:
             self._revoked_version += 1
-            alive = self.alive_workers(now)
+            alive = self.core_alive(now)
             return self._mingle(self.mingle.on_chunk(msg, now, alive), now)
         if not self.gossip:
             return []
@@ -396,7 +438,8 @@ class GossipCore:
                 return []
             return self._gone(msg["hostname"], now, left=True)
         if rk == wire.ELECT:
-            return self.elections.on_elect(msg, now)
+            proxy = bool(msg.get("client")) and self.proxy_of(msg["hostname"], now) == self.node
+            return self.elections.on_elect(msg, now, proxy=proxy)
         if rk == wire.ELECT_ACK:
             return self.elections.on_ack(msg, now)
         return self.elections.on_result(msg, now)  # ELECT_RESULT
@@ -430,21 +473,22 @@ class GossipCore:
             out += self._gone(host, now, left=False)
             w = None
         if w is None:
-            w = self.workers[host] = Worker(host, pid, freq, now)
+            w = self.workers[host] = Worker(host, pid, freq, now, client=bool(msg.get("client")))
             out += [Log.info("gossip: node joined the party", node=host), NodeJoined(host)]
-            out += self.elections.node_joined(host, now)
+            if not w.client:
+                out += self.elections.node_joined(host, now)
         w.freq = min(max(freq, 0.1), 3600.0)
         w.last_seen = max(w.last_seen, now)
         return out
 
     def _gone(self, host: str, now: float, *, left: bool) -> list[GossipEffect]:
-        del self.workers[host]
+        client = self.workers.pop(host).client
         out: list[GossipEffect]
         if left:
             out = [Log.info("gossip: node left", node=host), NodeLeft(host)]
         else:
             out = [Log.info("gossip: missed heartbeat from node", node=host), NodeLost(host)]
-        return out + self.elections.node_gone(host, now)
+        return out if client else out + self.elections.node_gone(host, now)
 
     # ---- revoked digests (anti-entropy) --------------------------------------------------------------
 
@@ -464,6 +508,15 @@ class GossipCore:
         w.mismatches = w.mismatches + 1 if theirs != ours else 0
         if w.mismatches < 2 or now - w.resync_at < self.resync_backoff:
             return []
+        if w.client:  # it cannot start a resync (it hears no heartbeat): its proxy pushes
+            if self.proxy_of(w.hostname, now) != self.node:
+                return []
+            w.mismatches = 0
+            w.resync_at = now
+            return [
+                Log.info("gossip: a client's revoked set differs; pushing ours", node=w.hostname),
+                *self.mingle.push(w.hostname, w.pid, now),
+            ]
         # One side starts: the one with fewer ids (it lacks some), or the lower name on a tie.
         if (ours[0], self.node) > (theirs[0], w.hostname):
             return []
@@ -477,6 +530,7 @@ class GossipCore:
     # ---- helpers -------------------------------------------------------------------------------------
 
     def _worker_msg(self, rk: str, now: float) -> dict[str, Any]:
+        extra = {"client": True} if self.client else {}
         return self.stamper.stamp(
             rk,
             now,
@@ -484,6 +538,7 @@ class GossipCore:
             **self.stats,
             **self.static,
             revoked_digest=self.revoked_digest(now),
+            **extra,
         )
 
     def _mingle(self, effects: list[GossipEffect], now: float) -> list[GossipEffect]:

@@ -23,6 +23,13 @@ adjusts the clock and merges each reply's revoked set. What this core does diffe
   only the delta: what we hold that the hello did not carry. A hello from a starting node is
   empty, so it costs one small message; the replies carry what it lacks.
 - Expired ids are purged before anything is sent (Celery's hello does the same).
+- A client (an executor, issue 26) syncs from one core member, not from every node: its hello
+  says `client` and `one`, only core members hear it, and GossipCore lets exactly one of them
+  (the client's proxy) reply, naming nobody, so the client is done at that one reply. If no
+  reply comes within the timeout (the members' views differed for a moment), the client asks
+  once more without `one`, and every core member replies. A client's hello is never counted
+  by a mingling core member: clients do not hear hellos, so it would wait for a reply that
+  never comes.
 
 The core is fed validated messages from other nodes by GossipCore, which owns the clock (and
 has adjusted it) and the alive view. It never raises on input and reads no clock.
@@ -85,8 +92,11 @@ class MingleCore:
         sync_chunk: int = 1000,
         sync_max: int = 50000,
         enabled: bool = True,
+        client: bool = False,
     ) -> None:
         self.s = stamper
+        self.client = client
+        self.asked_all = False  # a client's second hello of this round went to every member
         self.revoked = revoked
         self.timeout = timeout
         self.sync_chunk = max(1, min(sync_chunk, wire.MAX_IDS))
@@ -118,8 +128,9 @@ class MingleCore:
         self.answered = set()
         self.replied = set()
         self.trusted = False
+        self.asked_all = False
         out: list[GossipEffect] = [Log.info("mingle: searching for neighbors", round=self.active)]
-        out += self._hello(now, self.active, to=None)
+        out += self._hello(now, self.active, to=None, one=self.client)
         out.append(SetTimer(TIMER, self.timeout))
         return out
 
@@ -133,6 +144,13 @@ class MingleCore:
     def timer(self, key: str, now: float) -> list[GossipEffect]:
         if key != TIMER or self.active is None:
             return []
+        if self.client and not self.answered and not self.asked_all:
+            self.asked_all = True
+            return [
+                Log.info("mingle: no reply from our core member; asking every one"),
+                *self._hello(now, self.active, to=None, one=False),
+                SetTimer(TIMER, self.timeout),
+            ]
         return self._finish(now)
 
     def stop(self) -> list[GossipEffect]:
@@ -140,10 +158,13 @@ class MingleCore:
         self._inbound.clear()
         return [CancelTimer(TIMER)]
 
-    def _hello(self, now: float, rnd: int, to: str | None) -> list[GossipEffect]:
+    def _hello(self, now: float, rnd: int, to: str | None, one: bool = False) -> list[GossipEffect]:
         self.revoked.purge(now)
         chunks = wire.split(self.revoked.to_wire(), self.sync_chunk, self.sync_max)
-        head = self.s.stamp(wire.HELLO, now, round=rnd, chunks=len(chunks), revoked=chunks[0])
+        extra = {"client": True, "one": one} if self.client else {}
+        head = self.s.stamp(
+            wire.HELLO, now, round=rnd, chunks=len(chunks), revoked=chunks[0], **extra
+        )
         return [
             self._out(to, wire.HELLO, head),
             *self._rest(to, now, rnd, "hello", chunks),
@@ -205,11 +226,18 @@ class MingleCore:
 
     # ---- the other side: hello, reply and chunk messages from other nodes ---------------------
 
-    def on_hello(self, msg: dict[str, Any], now: float, alive: list[str]) -> list[GossipEffect]:
+    def on_hello(
+        self, msg: dict[str, Any], now: float, alive: list[str], reply: bool = True
+    ) -> list[GossipEffect]:
         """A peer's hello: merge what it carries; once complete, reply with our delta (and count
-        it, if we are mingling ourselves: it carried the peer's state)."""
+        it, if we are mingling ourselves: it carried the peer's state). A client's hello gets a
+        reply naming nobody, and only with `reply` (we are the one member that answers it)."""
         host = msg["hostname"]
         merge(self.revoked, msg["revoked"], now)
+        if msg.get("client"):
+            if not reply:
+                return []
+            return self._reply(host, msg["pid"], msg["round"], set(msg["revoked"]), now, [])
         if msg["chunks"] == 1:
             return self._hello_complete(host, msg, set(msg["revoked"]), now, alive)
         self._track((host, msg["round"], "hello"), msg, now, set(msg["revoked"]), [])
@@ -262,10 +290,30 @@ class MingleCore:
             del inbound[min(inbound, key=lambda k: inbound[k].since)]
         inbound[key] = _Inbound(msg["pid"], msg["chunks"], now, seen=seen, alive=list(alive))
 
+    def push(self, node: str, pid: int, now: float) -> list[GossipEffect]:
+        """Send a client our whole revoked set as a reply outside any round (it merges a late
+        reply and counts nothing), asking it for its own (`ask`: it answers with a direct
+        hello). A client hears no heartbeats, so it cannot start a resync when its digest
+        differs from ours; its proxy does. The ask matters when the whole core restarted:
+        then only the clients still hold what was revoked before."""
+        return self._reply(node, pid, 0, set(), now, [], ask=True)
+
     def _hello_complete(
         self, host: str, hello: dict[str, Any], seen: set[str], now: float, alive: list[str]
     ) -> list[GossipEffect]:
-        rnd = hello["round"]
+        out = self._reply(host, hello["pid"], hello["round"], seen, now, alive)
+        return out + self._count(host, [], now, reply=False)
+
+    def _reply(  # noqa: PLR0917 (the reply's fields, in the order of the message)
+        self,
+        host: str,
+        pid: int,
+        rnd: int,
+        seen: set[str],
+        now: float,
+        alive: list[str],
+        ask: bool = False,
+    ) -> list[GossipEffect]:
         self.revoked.purge(now)  # never ship expired ids (Celery's hello purges too)
         delta = {k: v for k, v in self.revoked.to_wire().items() if k not in seen}
         chunks = wire.split(delta, self.sync_chunk, self.sync_max)
@@ -278,14 +326,14 @@ class MingleCore:
             revoked=chunks[0],
             alive=named,
             settled=self.rounds_done > 0 or not self.enabled,
-            to_pid=hello["pid"],
+            to_pid=pid,
+            **({"ask": True} if ask else {}),
         )
-        out: list[GossipEffect] = [
+        return [
             Log.info("mingle: sync with", node=host, sent=sum(map(len, chunks))),
             Direct(host, wire.REPLY, head),
             *self._rest(host, now, rnd, "reply", chunks),
         ]
-        return out + self._count(host, [], now, reply=False)
 
     def _reply_complete(
         self, host: str, rnd: int, named: list[str], now: float, settled: bool

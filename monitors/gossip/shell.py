@@ -76,7 +76,8 @@ class Gossip(Process):
     `bus` is a URL for `connect_bus` (the shell owns the connection and closes it on stop) or
     a connected `Bus` (the caller owns it). `monitor` is the NodeMonitor's ref, if any.
     Keyword options go to GossipCore (heartbeat_interval, interval, mingle_timeout,
-    without_mingle, without_gossip, revokes_max, revoke_expires, ...).
+    without_mingle, without_gossip, revokes_max, revoke_expires, client, ...); with
+    `client=True` (an executor) it subscribes to wire.CLIENT_PATTERNS only.
     """
 
     def __init__(
@@ -136,7 +137,8 @@ class Gossip(Process):
         self.core = GossipCore(
             self.node, os.getpid(), connected=bus.connected, **self._core_options
         )
-        for pattern in wire.PATTERNS:
+        patterns = wire.CLIENT_PATTERNS if self.core.client else wire.PATTERNS
+        for pattern in patterns:
             self._subscriptions.append(bus.subscribe(pattern, self._on_bus_message))
         bus.add_state_listener(self._on_bus_state)
         if self._monitor is not None:

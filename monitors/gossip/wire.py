@@ -40,6 +40,10 @@ CHUNK = "mingle.chunk"
 
 #: What the shell subscribes to (AMQP topic patterns); a direct send uses the same keys.
 PATTERNS = ("worker.#", "mingle.#")
+#: What a client (an executor, issue 26) subscribes to: revokes, election results and the
+#: replies to its own hello. Heartbeats, hellos and proposals reach core members only, so the
+#: broker delivers O(N) messages for N clients, not O(N x N).
+CLIENT_PATTERNS = (REVOKE, ELECT_RESULT, REPLY, CHUNK)
 
 # ---- limits -------------------------------------------------------------------------------------
 
@@ -107,6 +111,7 @@ _WORKER_OPT = {
     "sw_ver": "text",
     "sw_sys": "text",
     "revoked_digest": "digest",
+    "client": "bool",
 }
 
 #: routing key -> (required fields, optional fields), beyond the head.
@@ -115,10 +120,13 @@ SCHEMAS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     HEARTBEAT: ({"freq": "pos"}, _WORKER_OPT),
     OFFLINE: ({}, _WORKER_OPT),
     REVOKE: ({"ids": "revoked"}, {}),
-    ELECT: ({"id": "name", "topic": "topic", "candidate": "bool"}, {"action": "any"}),
+    ELECT: (
+        {"id": "name", "topic": "topic", "candidate": "bool"},
+        {"action": "any", "client": "bool", "for": "member"},
+    ),
     ELECT_ACK: (
         {"id": "name", "to": "name", "to_clock": "count"},
-        {"best": "best", "best_topic": "topic"},
+        {"best": "best", "best_topic": "topic", "best_for": "member"},
     ),
     ELECT_RESULT: (
         {
@@ -128,12 +136,15 @@ SCHEMAS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
             "winner_pid": "count",
             "winner_clock": "count",
         },
-        {"action": "any"},
+        {"action": "any", "for": "member"},
     ),
-    HELLO: ({"round": "count", "chunks": "chunks", "revoked": "revoked"}, {}),
+    HELLO: (
+        {"round": "count", "chunks": "chunks", "revoked": "revoked"},
+        {"client": "bool", "one": "bool"},
+    ),
     REPLY: (
         {"round": "count", "chunks": "chunks", "revoked": "revoked", "alive": "names"},
-        {"settled": "bool", "to_pid": "count"},
+        {"settled": "bool", "to_pid": "count", "ask": "bool"},
     ),
     CHUNK: (
         {
@@ -179,6 +190,10 @@ def _digest_ok(v: Any) -> bool:
     return isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v)
 
 
+def _member_ok(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and _name_ok(v[0]) and _is_int(v[1]) and v[1] >= 0
+
+
 def _best_ok(v: Any) -> bool:
     ok = isinstance(v, list) and len(v) == 3 and _is_int(v[0]) and v[0] >= 0
     return ok and _name_ok(v[1]) and _is_int(v[2]) and v[2] >= 0
@@ -206,6 +221,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "loadavg": _check(_loadavg_ok, "expected a list of at most 3 numbers"),
     "digest": _check(_digest_ok, "expected [count, crc]"),
     "best": _check(_best_ok, "expected [clock, hostname, pid]"),
+    "member": _check(_member_ok, "expected [hostname, pid]"),
 }
 
 

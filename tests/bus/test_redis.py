@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from monitors.bus import Bus, BusUnavailable, connect_bus
+from monitors.bus import Bus, BusUnavailable, connect_bus, redis_bus
 from tests.bus.conftest import Inbox, wait_for
 from tests.services import require_redis
 
@@ -77,13 +78,16 @@ def test_confirmed_direct_send_waits_in_redis_until_the_node_reads_it(
     finally:
         raw.close()
     late = make_bus(url, "late")
-    # Not read before anything is subscribed: once the reader has handled a broadcast sent
-    # after it connected, it has had its chance to read the list, and must have left it alone.
-    late.publish("sync", {}, confirm=True)
-    wait_for(lambda: late.stats()["received"] == 1, what="the sync broadcast")
+    # Not read before anything is subscribed. A bus without patterns receives no broadcast
+    # (Redis routes by glob), so nothing marks the reader's turns: the list must stay put for
+    # two of its periodic drain checks after the connect.
+    wait_for(lambda: late.connected, what="the late bus to connect")
     raw = redis.Redis.from_url(url)
     try:
-        assert raw.llen(f"{exchange}:direct:late") == 1
+        until = time.monotonic() + 2 * redis_bus._DRAIN_EVERY
+        while time.monotonic() < until:
+            assert raw.llen(f"{exchange}:direct:late") == 1
+            time.sleep(0.05)
     finally:
         raw.close()
     inbox = Inbox()
@@ -189,3 +193,60 @@ def test_connect_in_the_background(redis_servers: Callable[..., list[Any]], exch
         assert bus.stats()["reconnects"] == 0  # the first connection is not a reconnect
     finally:
         bus.close()
+
+
+def test_redis_routes_broadcasts_by_pattern_at_the_broker(make_bus: MakeBus, exchange: str) -> None:
+    """A bus PSUBSCRIBEs one glob per pattern: Redis delivers a heartbeat only to the nodes
+    that listen for heartbeats (issue 26: N executors that do not, cost the broker nothing).
+    Overlapping patterns (worker.# and worker.revoke) deliver each message once."""
+    url = require_redis()
+    core, client, sender = (make_bus(url, n) for n in ("core", "client", "sender"))
+    core_in, client_in = Inbox(), Inbox()
+    core.subscribe("worker.#", core_in)
+    client.subscribe("worker.revoke", client_in)
+    client.subscribe("worker.#.result", client_in)
+    raw = redis.Redis.from_url(url)
+    try:
+        channels = {c.decode() for c in raw.pubsub_channels(f"{exchange}:bc:*")}
+        assert not channels  # broadcasts go to pattern subscriptions only
+        numpat = raw.pubsub_numpat()
+        assert numpat >= 3
+    finally:
+        raw.close()
+    for key in ("worker.heartbeat", "worker.revoke", "worker.elect.result", "mingle.hello"):
+        sender.publish(key, {"k": key}, confirm=True)
+    got_core = [m.routing_key for m in core_in.wait(3)]
+    got_client = [m.routing_key for m in client_in.wait(2)]
+    assert got_core == ["worker.heartbeat", "worker.revoke", "worker.elect.result"]
+    assert got_client == ["worker.revoke", "worker.elect.result"]
+    # what Redis handed over: the client's connection got two messages, not four
+    assert client.stats()["received"] == 2
+    sender.publish("worker.revoke", {"k": "again"}, confirm=True)
+    assert client_in.wait(3)[-1].body == {"k": "again"}
+    assert client.stats()["received"] == 3  # once, though both of its globs match it
+
+
+def test_redis_unsubscribe_drops_the_glob(make_bus: MakeBus) -> None:
+    """Cancelling the last subscription of a pattern PUNSUBSCRIBEs its glob (soon after: the
+    reader thread owns the connection), so Redis stops handing those messages over."""
+    url = require_redis()
+    node, sender = make_bus(url, "node"), make_bus(url, "sender")
+    beats, revokes = Inbox(), Inbox()
+    sub = node.subscribe("worker.heartbeat", beats)
+    keep = node.subscribe("worker.revoke", revokes)
+    sender.publish("worker.heartbeat", {"n": 0}, confirm=True)
+    beats.wait(1)
+    sub.cancel()
+    # one sender's messages arrive in order: once a revoke sent after a heartbeat arrives and
+    # the counter moved by one, Redis no longer routed that heartbeat to us
+    deadline = time.monotonic() + 10
+    for n in range(1, 1000):
+        before = node.stats()["received"]
+        sender.publish("worker.heartbeat", {"n": n}, confirm=True)
+        sender.publish("worker.revoke", {"n": n}, confirm=True)
+        revokes.wait(n)
+        if node.stats()["received"] == before + 1:
+            break
+        assert time.monotonic() < deadline, "heartbeats still routed to us 10 s after cancel"
+    assert len(beats.routing_keys()) == 1  # the handler got none after cancel
+    keep.cancel()

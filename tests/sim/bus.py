@@ -20,6 +20,9 @@ What it models, and why:
   connection that died silently. `restore(node)` lets it reconnect after `reconnect` s
   (a new session and queue), and the core gets `connected`.
 - A crashed node's session ends; a booted node starts a session at once (if not cut).
+- A node with `patterns` set (a gossip client) gets only the messages whose routing key
+  matches one of them, broadcast or direct, as the Redis and AMQP buses route by pattern; the
+  others get everything. `stats["delivered"]` counts what the broker handed over.
 - Bodies are copied through JSON (network.wire_copy), as the wire does.
 
 The bus does not call cores itself: a core kind registers a `deliver` callback and a `state`
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from monitors.bus.topic import topic_matches
 from tests.sim.network import wire_copy
 
 if TYPE_CHECKING:
@@ -80,6 +84,8 @@ class SimBus:
         self.session: dict[str, int] = {}  # node -> session number (a new queue each time)
         self.fifo: dict[tuple[str, str, bool], float] = {}
         self.clients: dict[str, _Client] = {}
+        self.patterns: dict[str, tuple[str, ...]] = {}  # node -> its patterns, if limited
+        self.delivered: dict[str, int] = {}  # routing key -> messages handed to a core
         self.stats = {"published": 0, "sent": 0, "delivered": 0, "dropped": 0}
 
     # ---- wiring ------------------------------------------------------------------------------
@@ -179,6 +185,9 @@ class SimBus:
         self._route(dst, cname, BusMsg(eff.routing_key, wire_copy(eff.body), node.name, True))
 
     def _route(self, dst: SimNode, cname: str, msg: BusMsg) -> None:
+        patterns = self.patterns.get(dst.name)
+        if patterns is not None and not any(topic_matches(p, msg.routing_key) for p in patterns):
+            return  # not bound: the broker never routes it there
         if not dst.alive or not self._routable_from(dst.name):
             self.stats["dropped"] += 1
             return  # no queue to put it in
@@ -197,4 +206,5 @@ class SimBus:
         if client is None or cname not in dst.cores:
             return
         self.stats["delivered"] += 1
+        self.delivered[msg.routing_key] = self.delivered.get(msg.routing_key, 0) + 1
         client.deliver(self.sim, dst, cname, msg)

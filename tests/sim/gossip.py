@@ -71,9 +71,14 @@ class GossipKind:
 
     name = NAME
 
-    def __init__(self, bus: SimBus, *, skew: float = 0.3, **options: Any) -> None:
+    def __init__(
+        self, bus: SimBus, *, skew: float = 0.3, clients: tuple[str, ...] = (), **options: Any
+    ) -> None:
         self.bus = bus
         self.skew = skew
+        self.clients = frozenset(clients)  # gossip clients (executors): issue 26
+        for name in clients:
+            bus.patterns[name] = wire.CLIENT_PATTERNS
         self.options = options
         self.events: list[Event] = []
         # (mingler, pid, round) -> {peer: the peer's clock right after it handled the hello}
@@ -100,7 +105,10 @@ class GossipKind:
         connected = self.bus.node_booted(node)
         self.end_life(node.name, sim.now)
         self.lives.append([node.name, node.creation, sim.now, float("inf")])
-        core = GossipCore(node.name, node.creation, connected=connected, **self.options)
+        client = node.name in self.clients
+        core = GossipCore(
+            node.name, node.creation, connected=connected, client=client, **self.options
+        )
         node.state["paused"] = False
         return GossipSimNode(core, skew)
 
@@ -195,6 +203,9 @@ class GossipKind:
         sim.call(node, cname, "bus_up" if up else "bus_down", None, effects)
 
     def _heard(self, node: SimNode, body: Any) -> None:
+        # a client's own proposal is no candidacy (its proxy's proposal is: election_core.py)
+        if body.get("client") if isinstance(body, dict) else False:
+            return
         if isinstance(body, dict) and body.get("candidate") is True and "id" in body:
             k = (node.name, node.creation, body["id"])
             key = (body["clock"], wire.member_id(body["hostname"], body["pid"]))
@@ -264,16 +275,17 @@ class GossipSchedule:
     stable_elections: list[str] = field(default_factory=list)
     mode: str = "faults"
     latency: tuple[float, float] = (0.001, 0.010)  # bus delivery, per message
+    clients: tuple[str, ...] = ()  # of `nodes`, the gossip clients (executors)
 
     def describe(self) -> str:
         head = (
             f"gossip seed={self.seed} nodes={len(self.nodes)} mode={self.mode} "
-            f"heal_at={self.heal_at:.3f}"
+            f"clients={len(self.clients)} heal_at={self.heal_at:.3f}"
         )
         return "\n".join([head, *(f"  {op}" for op in sorted(self.ops, key=lambda o: o.at))])
 
 
-MODES = ("faults", "storm")
+MODES = ("faults", "storm", "clients")
 
 
 def generate(seed: int, n: int, mode: str = "faults") -> GossipSchedule:
@@ -285,6 +297,8 @@ def generate(seed: int, n: int, mode: str = "faults") -> GossipSchedule:
     most nodes within 5 ms, and a slow, jittery bus (1 to 60 ms): concurrent proposers."""
     if mode == "storm":
         return _storm(seed, n)
+    if mode == "clients":
+        return _with_clients(seed, n)
     rng = random.Random(f"rabbitry-gossip/{seed}/{n}")
     nodes = tuple(f"n{i}@sim" for i in range(1, n + 1))
     ops: list[Op] = []
@@ -348,6 +362,52 @@ def _storm(seed: int, n: int) -> GossipSchedule:
     return GossipSchedule(seed, nodes, ops, heal_at, heal_at + 16.0, [], "storm", (0.001, 0.060))
 
 
+def _with_clients(seed: int, n: int) -> GossipSchedule:
+    """n core members and 2n to 8n clients (executors, issue 26): the "faults" schedule of
+    the core members, the same kinds of faults on a few clients, and elections and revokes
+    asked by core members and clients alike."""
+    rng = random.Random(f"rabbitry-gossip-clients/{seed}/{n}")
+    base = generate(seed, n, "faults")
+    clients = tuple(f"x{i}@sim" for i in range(1, rng.randint(2 * n, 8 * n) + 1))
+    ops = list(base.ops)
+    fault_end = base.heal_at - 0.5
+    for _ in range(rng.randint(1, 4)):
+        t0 = round(rng.uniform(2.0, 20.0), 3)
+        kind = rng.choice(("crash", "cut", "pause"))
+        dur = round(rng.uniform(0.05, 8.0), 3)
+        x = rng.choice(clients)
+        undo = {"crash": "boot", "cut": "restore", "pause": "resume"}[kind]
+        ops += [Op(t0, kind, (x,)), Op(round(t0 + dur, 3), undo, (x,))]
+        fault_end = max(fault_end, t0 + dur)
+    heal_at = round(max(fault_end + 0.5, base.heal_at), 3)
+    everyone = (*base.nodes, *clients)
+    # elections: the base's ids, now asked by clients too; the stable ones after the heal
+    ops = [op for op in ops if op.action != "elect"]
+    eid = 0
+    for _ in range(rng.randint(3, 8)):
+        t = round(rng.uniform(1.5, heal_at + 5.0), 3)
+        eid += 1
+        for c in rng.sample(everyone, rng.randint(1, min(len(everyone), 2 * n))):
+            ops.append(Op(round(t + rng.uniform(0.0, 0.03), 4), "elect", (f"e{eid}", c)))
+    stable = []
+    for k in range(2):
+        t = round(heal_at + SETTLE + 1.0 + 3.0 * k + rng.uniform(0, 1), 3)
+        eid += 1
+        stable.append(f"e{eid}")
+        askers = rng.sample(clients, rng.randint(1, 3))
+        if rng.random() < 0.5:
+            askers.append(rng.choice(base.nodes))
+        for c in askers:
+            ops.append(Op(round(t + rng.uniform(0.0, 0.03), 4), "elect", (f"e{eid}", c)))
+    for k in range(rng.randint(1, 4)):
+        t = round(rng.uniform(0.5, heal_at + 4.0), 3)
+        ops.append(Op(t, "revoke", (rng.choice(clients), f"c{seed}-{k}")))
+    end = round(heal_at + SETTLE + 12.0, 3)
+    return GossipSchedule(
+        seed, everyone, ops, heal_at, end, stable, "clients", base.latency, clients
+    )
+
+
 class GossipViolation(AssertionError):
     def __init__(self, invariant: str, message: str) -> None:
         super().__init__(f"[{invariant}] {message}")
@@ -384,7 +444,8 @@ class GossipRun:
                 "last 60 trace entries:",
                 self.sim.format_trace(60),
                 f'replay: python -c "from tests.sim.gossip import *; '
-                f'run_seed({s.seed}, {len(s.nodes)}, trace=True)"',
+                f"run_seed({s.seed}, {len(s.nodes) - len(s.clients)}, {s.mode!r}, "
+                f'trace=True)"',
             ]
         )
 
@@ -426,6 +487,7 @@ def _apply(run: GossipRun, op: Op) -> None:
 
 def run_schedule(s: GossipSchedule, **options: Any) -> GossipRun:
     options.setdefault("bus_options", {"latency": s.latency})
+    options.setdefault("clients", s.clients)
     sim, bus, kind = make_sim(s.seed, s.nodes, **options)
     run = GossipRun(s, sim, bus, kind)
     sim.boot(*s.nodes)
@@ -529,12 +591,18 @@ def check(run: GossipRun) -> None:
             )
     # 2b. an unpaused asker that kept its bus and life decides (a dead or cut participant is
     #     noticed lost and no longer waited for): decided by its deadline, never failed
+    core_nodes = [n for n in s.nodes if n not in s.clients]
     for e in ev:
         if e.what != "call:election" or e.t < 1.5:
             continue
         t1 = e.t + ELECTION_DEADLINE
         if t1 > s.end or not _steady(run, e.node, e.t, t1) or _paused_during(kind, e.node, e.t, t1):
             continue
+        if e.node in s.clients and not all(
+            _steady(run, c, e.t - RECOVERY, t1) and not _paused_during(kind, c, e.t, t1)
+            for c in core_nodes
+        ):
+            continue  # a client's election is decided by the core: it needs it steady
         at = decided_at.get((e.node, e.pid, e.eff[0]))
         if at is None or at > t1:
             raise GossipViolation(
@@ -543,7 +611,9 @@ def check(run: GossipRun) -> None:
     for eid in s.stable_elections:
         if eid not in winners:
             raise GossipViolation("stable_election", f"{eid} was never decided")
-        live = [n for n in s.nodes if sim.nodes[n].alive]
+        askers = {e.node for e in ev if e.what == "call:election" and e.eff[0] == eid}
+        # clients hear results they asked for (a storm's deciders may not broadcast one)
+        live = [n for n in s.nodes if sim.nodes[n].alive and (n not in s.clients or n in askers)]
         got = {e.node for e in ev if e.what == "ElectionDecided" and e.eff.election_id == eid}
         if set(live) - got:
             raise GossipViolation("everyone_learns", f"{eid}: no result on {set(live) - got}")
@@ -558,8 +628,12 @@ def check(run: GossipRun) -> None:
     early = min((op.at for op in s.ops if op.action in ("crash", "cut")), default=99.0)
     if early > 1.5:
         for name in s.nodes:
-            want = tuple(sorted(set(s.nodes) - {name}))
+            want = tuple(sorted(set(core_nodes) - {name}))
             got = first.get(name)
+            if name in s.clients:  # synced with exactly one core member (or every one)
+                if got is None or not got.synced_with or not set(got.synced_with) <= set(want):
+                    raise GossipViolation("client_start", f"{name}: {got}, wanted one of {want}")
+                continue
             if got is None or got.synced_with != want:
                 raise GossipViolation("simultaneous_start", f"{name}: {got}, wanted {want}")
 
@@ -583,7 +657,7 @@ def check(run: GossipRun) -> None:
 
     # 5. lost detection within interval + heartbeat window, on every peer connected meanwhile
     for tc, x in run.crashes:
-        for y in s.nodes:
+        for y in core_nodes:  # clients hear no heartbeats
             if y == x or not _steady(run, y, tc - 2 * HB, tc + LOST_BOUND):
                 continue
             lost = [
@@ -601,7 +675,14 @@ def check(run: GossipRun) -> None:
     for e in ev:
         if e.what == "NodeLost":
             x = e.eff.node
-            if not any(n == x and e.t - 12.0 <= t <= e.t for t, n in run.faults):
+            # a restart of x that happened while the observer was cut off is noticed when x
+            # speaks again after the observer's reconnect: clients do not answer the hello
+            # of a core member's re-mingle, so only their next heartbeat tells
+            since = min(
+                [e.t - 12.0]
+                + [a - 12.0 for a, b in run.unsteady.get(e.node, []) if b >= e.t - 12.0]
+            )
+            if not any(n == x and since <= t <= e.t for t, n in run.faults):
                 raise GossipViolation("false_lost", f"{e.node} lost {x} at {e.t:.3f}")
 
     # 7. at the end, views, clocks' order and revoked sets agree
@@ -609,7 +690,7 @@ def check(run: GossipRun) -> None:
     cores = {n: kind.core(sim, n) for n in live}
     for n, c in cores.items():
         assert c is not None
-        want = sorted(set(live) - {n})
+        want = [] if n in s.clients else sorted(set(live) - {n})
         if c.alive_workers() != want:
             raise GossipViolation("views", f"{n} believes {c.alive_workers()} alive, not {want}")
     sets = {n: set(c.revoked.as_dict()) for n, c in cores.items() if c is not None}

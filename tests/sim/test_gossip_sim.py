@@ -19,6 +19,8 @@ function of (seed, nodes, mode).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from monitors.gossip import election_core
@@ -44,6 +46,7 @@ from tests.sim.gossip import (
 
 FAULT_SEEDS = range(20)
 STORM_SEEDS = range(8)
+CLIENT_SEEDS = range(12)
 # Schedules that once broke an invariant, kept as regressions (docs/gossip.md tells each):
 # 111/3: a result lost with its only holder let a late decider that had dropped the lost
 # winner's candidacy elect itself and run the action again; 21/3 and 54/4: a mingle counted a
@@ -80,6 +83,33 @@ def test_election_storms(nodes: int, seed: int) -> None:
     _run_and_check(seed, nodes, "storm")
 
 
+@pytest.mark.parametrize("seed", CLIENT_SEEDS)
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_schedules_with_clients(nodes: int, seed: int) -> None:
+    """Executors as gossip clients (issue 26): 2n to 8n clients beside n core members, with
+    faults on both, and elections and revokes asked by both."""
+    _run_and_check(seed, nodes, "clients")
+
+
+def test_two_hundred_clients_cost_the_broker_o_of_n() -> None:
+    """200 clients on a core of 3, one whole schedule with faults: every invariant holds, and
+    the broker hands each heartbeat to the 3 core members only. As full members they would
+    get every one of the 203 nodes' heartbeats: 203 x 203 deliveries a period."""
+    base = generate(3, 3, "clients")
+    clients = tuple(f"x{i}@sim" for i in range(1, 201))
+    core = tuple(n for n in base.nodes if n not in base.clients)
+    schedule = replace(base, nodes=core + clients, clients=clients)  # its x1.. are among them
+    run = run_schedule(schedule)
+    try:
+        check(run)
+    except GossipViolation as v:
+        pytest.fail(run.report(v), pytrace=False)
+    periods = schedule.end / 2.0  # heartbeat_interval
+    beats = run.bus.delivered["worker.heartbeat"]
+    assert beats <= 203 * 3 * (periods + 1), beats  # each reaches the 3 core members
+    assert beats >= 203 * 3 * (periods - 8), beats  # and does reach them (minus the faults)
+
+
 @pytest.mark.parametrize(("seed", "nodes", "mode"), REGRESSIONS)
 def test_regression_schedules(seed: int, nodes: int, mode: str) -> None:
     _run_and_check(seed, nodes, mode)
@@ -113,7 +143,7 @@ def test_the_invariants_catch_celerys_ack_counting(monkeypatch: pytest.MonkeyPat
         sent = plain_ack(self, e, p, now)  # broadcast, as Celery does
         return Publish(sent.routing_key, sent.body)
 
-    def celery_on_elect(self, msg, now):  # type: ignore[no-untyped-def]
+    def celery_on_elect(self, msg, now, proxy=False):  # type: ignore[no-untyped-def]
         # every proposal is acked, and a candidacy heard is not taken as an ack
         e = self.pending.setdefault(msg["id"], election_core._Election(msg["id"], now))
         p = election_core.Proposal(
