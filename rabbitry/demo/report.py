@@ -146,6 +146,11 @@ def summary_lines(report: Mapping[str, Any], *, markup: bool = True) -> list[str
     lines.append(
         f"Redis failover: {failover:.2f} s" if failover is not None else "Redis failover: none"
     )
+    first = report.get("first_message")
+    if isinstance(first, Mapping):
+        lines.append(
+            f"First message: {first['seconds']:.1f} s into the job ({first['share']:.0%} of it)"
+        )
     pauses = report.get("pause_seconds")
     if isinstance(pauses, Mapping):
         paused = {node: s for node, s in pauses.items() if s}

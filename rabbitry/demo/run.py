@@ -312,7 +312,11 @@ def _check(run: _Run, data: Any, output: Path, summary: Any, out_dir: Path) -> d
         failover_seconds=timeline.failover_seconds(),
         pause_seconds=timeline.pause_seconds(),
         timeline=timeline,
-        extra={"pipeline": summary.to_dict(), "executors": run.executors},
+        extra={
+            "pipeline": summary.to_dict(),
+            "executors": run.executors,
+            "first_message": timeline.first_message(),
+        },
     )
     try:
         timeline.plot(out_dir / PLOT_FILE)

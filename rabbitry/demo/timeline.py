@@ -210,6 +210,21 @@ class Timeline:
                     totals[name] += following.t - current.t
         return totals
 
+    def first_message(self) -> dict[str, float] | None:
+        """How long the job ran before its first message was processed, in seconds and as a
+        share of the job (issue 27: the warm-up must be at most a fifth of it). Read off the
+        samples, so up to one sampling period late; None if the job did not run or nothing
+        was processed."""
+        started = next((e.t for e in self.events if e.kind == "job_started"), None)
+        finished = next((e.t for e in self.events if e.kind == "job_finished"), None)
+        if started is None or finished is None or finished <= started:
+            return None
+        first = next((s.t for s in self.samples if s.t >= started and s.processed > 0), None)
+        if first is None:
+            return None
+        seconds = max(0.0, first - started)
+        return {"seconds": round(seconds, 3), "share": round(seconds / (finished - started), 3)}
+
     # ------------------------------------------------------------------ series for plots
 
     def end(self) -> float:

@@ -211,6 +211,29 @@ def reject_columns(rejects: list[Reject], partition: int) -> Any:
     )
 
 
+LINES = "lines"  # not a verdict: one row per partition, its line (or row) count in `line`
+
+
+def lines_columns(partition: int, count: int) -> Any:
+    """The row that ends a partition's output: how many lines (or rows) it read, so that the
+    driver turns each partition's own line numbers into the file's after the one pass."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(
+        {
+            "kind": [LINES],
+            "id": [None],
+            "payload": [None],
+            "node": [None],
+            "partition": [partition],
+            "line": [count],
+            "reason": [None],
+            "text": [None],
+        },
+        schema=output_schema(),
+    )
+
+
 def output_schema() -> Any:
     """What the Python pass returns per input line: its verdict, and what the outputs need
     (job._verdict_schema is the same in Spark's types)."""

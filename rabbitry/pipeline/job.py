@@ -1,15 +1,22 @@
 """The exactly-once dedup job: ordinary DataFrame code; the cluster logic is rabbitry.spark.
 
     input (JSON lines or Parquet of {id, payload}), read by the JVM
-      -> per partition, a count (JVM only)          line numbers: offsets of the partitions
       -> mapInArrow, one Python pass per partition, a claim batch at a time: parse and check
          the lines (rabbitry.pipeline.chunks: Arrow's JSON reader and Arrow compute, or the
          row-at-a-time rules for a slice they cannot vouch for), claim them
          (rabbitry.spark.claims: require_running, revoked, one script call for the batch,
          HMGET then HSET on the run's claim hash, with its WAIT: one round trip), Arrow
-         batches of verdicts out; cached
-      -> Parquet: id, payload, node, partition, line  (the verdicts "process"; JVM only)
-      -> counts per verdict, and the rejects to <output>.rejects.jsonl (from the cache)
+         batches of verdicts out, numbered by line within the partition, and last a row with
+         the partition's line count; cached
+      -> counts per verdict and per partition's lines (the job that runs the pass)
+      -> Parquet: id, payload, node, partition, line  (the verdicts "process", each line
+         number moved by the lines of the partitions before it; JVM only, from the cache)
+      -> the rejects to <output>.rejects.jsonl (from the cache)
+
+The line numbers are the file's, exact under retries and speculation: a partition numbers its
+own lines, and the driver adds the lines of the partitions before it once the pass has counted
+them. (An earlier version counted them first, in a JVM job that read the whole input before the
+pass: seconds of "0 messages" at the start of every run, issue 27.)
 
 Python touches the data once, on Arrow batches, and column by column: no pickled rows, no
 second pass, no Python object per message except the id's string for the claim. The counts come from the cached verdicts, so retried attempts (which
@@ -29,7 +36,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rabbitry.pipeline.chunks import REJECT, parse_chunk, reject_columns, verdict_columns
+from rabbitry.pipeline.chunks import (
+    LINES,
+    REJECT,
+    lines_columns,
+    parse_chunk,
+    reject_columns,
+    verdict_columns,
+)
 from rabbitry.pipeline.inputs import (
     DEFAULT_MAX_PAYLOAD,
     JSONL,
@@ -163,7 +177,6 @@ def run_pipeline(
     saved = _split_size(spark, source, opts.partitions)
     try:
         frame = _read(spark, source, fmt, opts)
-        offsets = _offsets(frame)
         retried, finished = sc.accumulator(0), sc.accumulator(0)
         if watcher:
             watcher.finished = finished
@@ -172,24 +185,21 @@ def run_pipeline(
             opts,
             pause_wait=pause_wait,
             fmt=fmt,
-            offsets=offsets,
             progress=progress,
             retried=retried,
             finished=finished,
         )
         verdicts = frame.mapInArrow(job, schema=_verdict_schema()).persist()
         try:
-            # The one pass that runs Python (parse, check, claim) fills the cache as it writes;
-            # the counts and the rejects then read the cache, in the JVM.
+            # The one pass that runs Python (parse, check, claim) fills the cache as it counts;
+            # the output and the rejects then read the cache, in the JVM.
+            counts, offsets = _count(verdicts)
             (
-                verdicts.filter(verdicts.kind == PROCESS)
+                _numbered(verdicts.filter(verdicts.kind == PROCESS), offsets)
                 .select(*OUTPUT_COLUMNS)
                 .write.mode("overwrite" if opts.overwrite else "errorifexists")
                 .parquet(str(target))
             )
-            counts = {
-                row["kind"]: row["count"] for row in verdicts.groupBy("kind").count().collect()
-            }
             summary.processed = counts.get(PROCESS, 0)
             summary.duplicates_skipped = counts.get(DUPLICATE, 0)
             summary.revoked_skipped = counts.get(REVOKED, 0)
@@ -197,7 +207,11 @@ def run_pipeline(
                 summary.processed + summary.duplicates_skipped + summary.revoked_skipped
             )
             summary.rejected = counts.get(REJECT, 0)
-            reasons = _write_rejects(verdicts, rejects_path(target), summary.rejected)
+            reasons = _write_rejects(
+                _numbered(verdicts.filter(verdicts.kind == REJECT), offsets),
+                rejects_path(target),
+                summary.rejected,
+            )
             summary.rejected_by_reason = dict(reasons)
             summary.rejects_file = str(rejects_path(target)) if summary.rejected else None
             summary.retried = retried.value
@@ -221,7 +235,7 @@ def _verdict_schema() -> Any:
 
     return StructType(
         [
-            StructField("kind", StringType(), True),  # process|duplicate|revoked|reject
+            StructField("kind", StringType(), True),  # process|duplicate|revoked|reject|lines
             StructField("id", StringType(), True),
             StructField("payload", StringType(), True),  # only for PROCESS
             StructField("node", StringType(), True),
@@ -261,39 +275,55 @@ def _read(spark: Any, source: Path, fmt: str, opts: PipelineOptions) -> Any:
     return frame.repartition(opts.partitions) if opts.partitions else frame
 
 
-def _offsets(frame: Any) -> list[int]:
-    """Per partition, the number of lines before it: so a partition numbers its own lines as
-    the file does (a JVM-only count; no Python runs)."""
-    from pyspark.sql.functions import spark_partition_id
-
-    # One reduce task, not spark.sql.shuffle.partitions (200): this count is the job's first
-    # step, and 200 tasks of nothing were seconds of "0 messages" in the live view.
-    spark = frame.sparkSession
+def _count(verdicts: Any) -> tuple[dict[str, int], list[int]]:
+    """The verdicts per kind, and per partition the number of lines before it: one job over
+    the verdicts (the one that runs the Python pass and fills the cache)."""
+    counts: dict[str, int] = {}
+    lines: dict[int, int] = {}
+    grouped = verdicts.groupBy("kind", "partition").agg({"line": "max", "*": "count"})
+    spark = verdicts.sparkSession
     saved = spark.conf.get(_SHUFFLE_CONF, None)
+    # One reduce task, not spark.sql.shuffle.partitions (200): a few rows per partition go
+    # through it, and 200 tasks of nothing cost seconds on a small job.
     spark.conf.set(_SHUFFLE_CONF, "1")
     try:
-        rows = frame.select(spark_partition_id().alias("p")).groupBy("p").count().collect()
+        rows = grouped.collect()
     finally:
         if saved is None:
             spark.conf.unset(_SHUFFLE_CONF)
         else:
             spark.conf.set(_SHUFFLE_CONF, saved)
-    counts = dict(rows)
+    for row in rows:
+        kind, partition = row["kind"], row["partition"]
+        if kind == LINES:
+            lines[partition] = row["max(line)"]
+        else:
+            counts[kind] = counts.get(kind, 0) + row["count(1)"]
     offsets, total = [], 0
-    for index in range(max(counts, default=-1) + 1):
+    for index in range(max(lines, default=-1) + 1):
         offsets.append(total)
-        total += counts.get(index, 0)
-    return offsets
+        total += lines.get(index, 0)
+    return counts, offsets
 
 
-def _write_rejects(verdicts: Any, path: Path, count: int) -> Counter[str]:
-    """The rejects, in line order, to the reject file (streamed when there are many: a wrong
-    input can be all rejects)."""
+def _numbered(frame: Any, offsets: list[int]) -> Any:
+    """`frame` with each partition's own line numbers turned into the file's."""
+    from pyspark.sql import functions as F
+
+    if not offsets or not any(offsets):
+        return frame
+    before = F.element_at(F.array(*[F.lit(o) for o in offsets]), F.col("partition") + 1)
+    return frame.withColumn("line", F.col("line") + before)
+
+
+def _write_rejects(rejects: Any, path: Path, count: int) -> Counter[str]:
+    """The rejects (verdict rows, numbered as in the file), in line order, to the reject file
+    (streamed when there are many: a wrong input can be all rejects)."""
     reasons: Counter[str] = Counter()
     if not count:
         path.unlink(missing_ok=True)
         return reasons
-    rows = verdicts.filter(verdicts.kind == REJECT).select("line", "reason", "text")
+    rows = rejects.select("line", "reason", "text")
     ordered = rows.orderBy("line")
     source = ordered.collect() if count <= 100_000 else ordered.toLocalIterator()
     tmp = path.with_name(path.name + ".tmp")
@@ -341,7 +371,6 @@ class _BatchJob:
         *,
         pause_wait: float,
         fmt: str,
-        offsets: list[int],
         progress: str,
         retried: Any,
         finished: Any,
@@ -355,7 +384,6 @@ class _BatchJob:
         self.max_payload = opts.max_payload
         self.pause_wait = pause_wait
         self.fmt = fmt
-        self.offsets = offsets
         self.progress = progress
         self.retried = retried
         self.finished = finished  # processed, added as each partition ends (progress fallback)
@@ -419,7 +447,7 @@ class _BatchJob:
 
         context = TaskContext.get()
         index = context.partitionId() if context else 0
-        line = self.offsets[index] if index < len(self.offsets) else 0
+        line = 0  # this partition's own numbering; the driver moves it (_numbered)
         if claims is None:
             claims = _ClaimQueue(self._claimer(index))
         node = claims.node
@@ -441,6 +469,7 @@ class _BatchJob:
                 line += batch.num_rows
             for done, codes in claims.drain():
                 yield verdict_columns(done, codes, node, index)
+            yield lines_columns(index, line)
         finally:
             claims.close()
         self.retried.add(context.attemptNumber() if context else 0)

@@ -51,7 +51,6 @@ def make(server: RedisServer, tmp_path: Path, **options: Any) -> tuple[_BatchJob
         opts,
         pause_wait=0.0,
         fmt="jsonl",
-        offsets=[0],
         progress=progress_key("bj", "1"),
         retried=Counter(),
         finished=done,
@@ -66,7 +65,9 @@ def test_verdicts_line_numbers_and_rejects(server: RedisServer, tmp_path: Path) 
     job, done = make(server, tmp_path)
     first = [json.dumps({"id": "a", "payload": "1"}), "{oops", ""]
     second = [json.dumps({"id": "b", "payload": {"n": 2}}), json.dumps({"id": "a", "payload": "3"})]
-    rows = run(job, first, second)
+    *rows, last = run(job, first, second)
+    # the partition's last row counts its lines (blank ones too): the driver's offsets
+    assert (last["kind"], last["partition"], last["line"]) == ("lines", 0, 5)
     by_line = {row["line"]: row for row in rows}
     assert sorted(by_line) == [1, 2, 4, 5]  # line 3 is blank: neither message nor reject
     assert (by_line[1]["kind"], by_line[1]["id"], by_line[1]["payload"]) == ("process", "a", "1")
@@ -83,7 +84,8 @@ def test_no_claims_is_the_same_pass_without_redis(server: RedisServer, tmp_path:
     job, done = make(server, tmp_path, no_claims=True)
     lines = [json.dumps({"id": "x", "payload": "p"})] * 2
     rows = run(job, lines)
-    assert [row["kind"] for row in rows] == ["process", "process"]  # nothing claimed or deduped
+    # nothing claimed or deduped; then the partition's line count
+    assert [row["kind"] for row in rows] == ["process", "process", "lines"]
     assert done.value == 2
 
 

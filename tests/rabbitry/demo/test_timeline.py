@@ -227,3 +227,26 @@ def test_plot_without_matplotlib_says_what_to_install(
     with pytest.raises(PlotUnavailable, match="pip install matplotlib"):
         Timeline(clock=FakeClock()).plot(tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_first_message_is_read_off_the_samples_as_a_share_of_the_job() -> None:
+    """The warm-up figure of issue 27: from the job's start to the first sample that counts a
+    processed message, in seconds and as a share of the job."""
+    clock = FakeClock(0.0)
+    timeline = Timeline(clock=clock)
+    assert timeline.first_message() is None  # no job yet
+    timeline.sample({"a": "running"}, None, 0)
+    clock.now = 2.0
+    timeline.event("job_started")
+    for t, processed in ((2.5, 0), (3.0, 0), (3.5, 40), (9.0, 500)):
+        clock.now = t
+        timeline.sample({"a": "running"}, None, processed)
+    assert timeline.first_message() is None  # not finished: no share to give
+    clock.now = 12.0
+    timeline.event("job_finished")
+    assert timeline.first_message() == {"seconds": 1.5, "share": 0.15}
+    empty = Timeline(clock=clock)
+    empty.event("job_started")
+    clock.now = 13.0
+    empty.event("job_finished")
+    assert empty.first_message() is None  # nothing processed
