@@ -30,9 +30,23 @@ Check = Callable[[Any], str | None]
 """A field's check: None if the value is fine, else why not (a short text for the log)."""
 
 
+class _Predicate:
+    """A check made of a predicate and the text for a value that fails it. MessageFields
+    calls the predicate itself (one call per field, not two: every message pays it)."""
+
+    __slots__ = ("test", "why")
+
+    def __init__(self, test: Callable[[Any], bool], why: str) -> None:
+        self.test = test
+        self.why = why
+
+    def __call__(self, v: Any) -> str | None:
+        return None if self.test(v) else self.why
+
+
 def check(test: Callable[[Any], bool], why: str) -> Check:
     """The check that says `why` when `test` fails."""
-    return lambda v: None if test(v) else why
+    return _Predicate(test, why)
 
 
 def _anything(v: Any) -> None:
@@ -41,6 +55,10 @@ def _anything(v: Any) -> None:
 
 ANY: Check = _anything
 """Any value (bounded by the transport's frame limit; checked where it is used)."""
+
+# a plan's entry: (field, predicate or check or None for ANY, the predicate's text or None,
+# required)
+_Entry = tuple[str, Callable[[Any], Any] | None, str | None, bool]
 
 
 def not_an_object(body: Any) -> str | None:
@@ -64,20 +82,32 @@ class MessageFields:
     ) -> None:
         """`required` and `optional` map a field to its kind, a key of `kinds`."""
         self.name = name
-        plan: list[tuple[str, Check, bool]] = []
+        plan: list[_Entry] = []
         for fields, must in ((required, True), (optional or {}, False)):
             for key, kind in fields.items():
                 if kind not in kinds:
                     raise ValueError(f"{name}: field {key!r} has an unknown kind {kind!r}")
-                plan.append((key, kinds[kind], must))
+                found = kinds[kind]
+                if found is ANY:
+                    plan.append((key, None, None, must))
+                elif isinstance(found, _Predicate):
+                    plan.append((key, found.test, found.why, must))
+                else:
+                    plan.append((key, found, None, must))
         self._plan = tuple(plan)
 
     def problem(self, body: Mapping[str, Any]) -> str | None:
         """What is wrong with the fields of `body` (an object of this type), or None."""
-        for key, test, must in self._plan:
+        for key, test, why, must in self._plan:
             if key not in body:
                 if must:
                     return f"{self.name}: missing field {key!r}"
+                continue
+            if test is None:  # ANY
+                continue
+            if why is not None:  # a predicate
+                if not test(body[key]):
+                    return f"{self.name}: field {key!r}: {why}"
                 continue
             bad = test(body[key])
             if bad:
