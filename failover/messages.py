@@ -36,13 +36,16 @@ Type fields beyond the head:
 | system_notification | `message` |
 
 `problem(routing_key, body)` says what is wrong with a message, or None; the cores log the
-reason and drop it, they never raise on input from the bus.
+reason and drop it, they never raise on input from the bus. The fields are checked by the
+shared validator (monitors/message_fields.py) with this module's kinds (`KINDS`).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from monitors.message_fields import Check, MessageFields, check, not_an_object
 
 VERSION = 1
 PREFIX = "failover"
@@ -176,21 +179,24 @@ def _is_count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _kind_problem(kind: str, v: Any) -> str | None:
-    if kind == "count":
-        return None if _is_count(v) and v < 2**63 else "expected an integer >= 0"
-    if kind == "system":
-        return None if isinstance(v, str) and _SYSTEM_RE.match(v) else "bad system name"
-    if kind == "id":
-        ok = isinstance(v, str) and 0 < len(v) <= MAX_ID and v.isprintable()
-        return None if ok else f"expected 1-{MAX_ID} printable characters"
-    if kind == "server":
-        return server_problem(v)
-    if kind == "master":
-        return None if v == "" else server_problem(v)
-    if kind == "text":
-        return None if isinstance(v, str) and len(v) <= MAX_TEXT else "expected a short string"
-    return None
+def _master_problem(v: Any) -> str | None:
+    return None if v == "" else server_problem(v)
+
+
+# kind -> check (monitors/message_fields.py)
+KINDS: dict[str, Check] = {
+    "count": check(lambda v: _is_count(v) and v < 2**63, "expected an integer >= 0"),
+    "system": check(lambda v: isinstance(v, str) and bool(_SYSTEM_RE.match(v)), "bad system name"),
+    "id": check(
+        lambda v: isinstance(v, str) and 0 < len(v) <= MAX_ID and v.isprintable(),
+        f"expected 1-{MAX_ID} printable characters",
+    ),
+    "server": server_problem,
+    "master": _master_problem,
+    "text": check(lambda v: isinstance(v, str) and len(v) <= MAX_TEXT, "expected a short string"),
+}
+# the head, then the type's fields
+_CHECKED = {name: MessageFields(name, KINDS, {**_HEAD, **f}) for name, f in _FIELDS.items()}
 
 
 def problem(routing_key: str, body: Any, system: str) -> str | None:
@@ -198,19 +204,16 @@ def problem(routing_key: str, body: Any, system: str) -> str | None:
     name = name_of(routing_key, system)
     if name is None:
         return f"not a failover message of system {system!r}: {str(routing_key)[:80]!r}"
-    if not isinstance(body, dict):
-        return f"expected a JSON object, got {type(body).__name__}"
+    bad = not_an_object(body)
+    if bad:
+        return bad
     if body.get("v") != VERSION:
         return f"unsupported version {str(body.get('v'))[:16]!r} (we speak {VERSION})"
     if body.get("type") != name:
         return f"type {str(body.get('type'))[:64]!r} sent under routing key {routing_key!r}"
-    for fields in (_HEAD, _FIELDS[name]):
-        for key, kind in fields.items():
-            if key not in body:
-                return f"{name}: missing field {key!r}"
-            bad = _kind_problem(kind, body[key])
-            if bad:
-                return f"{name}: field {key!r}: {bad}"
+    bad = _CHECKED[name].problem(body)
+    if bad:
+        return bad
     if body["system"] != system:
         return f"{name}: system {body['system']!r} under the routing key of {system!r}"
     return None

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from failover import messages as m
 from failover import redis_ops
@@ -53,32 +53,21 @@ from failover.http_status import StatusServer
 from failover.master_file import RedisMasterFile
 from failover.server_core import ConfigurationServerCore
 from failover.server_watch import ServerWatch
-from monitors.bus import Bus, BusError, BusMessage, connect_bus
-from monitors.core_timers import CoreTimers, Fired
+from monitors.bus import Bus, BusError, connect_bus
+from monitors.core_interface import BusCore
+from monitors.core_shell import BusCoreShell, BusIn
 from monitors.effects import perform_all
 from monitors.gossip.effects import Direct, Publish
 from monitors.node_monitor.shell import NodeEvent
 from monitors.retry_log import RetryLog
 from monitors.shell_effects import ShellEffects
 from monitors.tls import TlsContexts, TlsFiles
-from supervisors import Process
 
 __all__ = ["ConfigurationClient", "ConfigurationServer"]
 
 log = logging.getLogger("failover")
 
 REDIS_TIMEOUT = 1.0  # per Redis call from a shell: a dead server must not hold up a round
-
-
-@dataclass(frozen=True)
-class _In:
-    routing_key: str
-    body: Any
-
-
-@dataclass(frozen=True)
-class _BusState:
-    connected: bool
 
 
 @dataclass(frozen=True)
@@ -159,10 +148,22 @@ def _redacted(bus: Any) -> str:
     return bus
 
 
-class _FailoverShell(Process):
-    """What the RCS and RCC shells share: bus, timers, Redis pool, effects."""
+class _RedisCore(BusCore, Protocol):
+    """A failover core: a bus core that asks the Redis servers (QueryRedis), and may be
+    told that the bus is still making its first connection."""
 
-    core: Any
+    def bus_down(self, now: float, *, at_start: bool = False) -> Sequence[object]: ...
+
+    def redis_info(
+        self, request_id: int, infos: Mapping[str, Any], now: float
+    ) -> Sequence[object]: ...
+
+
+R = TypeVar("R", bound=_RedisCore)
+
+
+class _FailoverShell(BusCoreShell[R]):
+    """What the RCS and RCC shells share: bus, timers, Redis pool, effects."""
 
     def __init__(
         self,
@@ -187,11 +188,11 @@ class _FailoverShell(Process):
         self.bus: Bus | None = None
         self._own_bus = False
         self._subscription: Any = None
-        self._timers = CoreTimers(self)
         # SetTimer, CancelTimer and Log (this core talks over the bus, not dist)
         self._effects = ShellEffects(self, self._timers, log, f"failover {self.system}")
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="failover-redis")
         self._retries = RetryLog(log)  # Redis calls that keep failing: logged with back-off
+        self.route(_RedisInfo, self._on_redis_info)
 
     # -- lifecycle
 
@@ -234,52 +235,15 @@ class _FailoverShell(Process):
     def on_kill(self) -> None:
         self._shutdown()
 
-    # -- inputs (bus callbacks run on the bus's threads: they only tell)
-
-    def _on_bus_message(self, message: BusMessage) -> None:
-        with contextlib.suppress(Exception):
-            self.actor_ref.tell(_In(message.routing_key, message.body))
-
-    def _on_bus_state(self, connected: bool) -> None:
-        with contextlib.suppress(Exception):
-            self.actor_ref.tell(_BusState(connected))
+    # -- inputs: BusCoreShell's (monitors/core_shell.py): bus messages, the bus's state and
+    # timers; and the answers of the Redis pool
 
     def _tell_quietly(self, message: Any) -> None:
         with contextlib.suppress(Exception):
             self.actor_ref.tell(message)
 
-    def on_receive(self, message: Any) -> Any:
-        core = self.core
-        if core is None:
-            return super().on_receive(message)
-        now = time.time()
-        if isinstance(message, _In):
-            body = message.body
-            if (
-                isinstance(body, dict)
-                and body.get("type") in _FROM_ACTIVE
-                and body.get("sender") != getattr(self, "_server_id", None)
-            ):
-                self._last_active_heard = now  # an active RCS (another one) is alive
-            self._perform(core.receive(message.routing_key, body, now))
-        elif isinstance(message, Fired):
-            if self._timers.fired(message):
-                self._perform(core.timer(message.key, now, message.data))
-        elif isinstance(message, _RedisInfo):
-            self._perform(core.redis_info(message.request_id, message.infos, now))
-        elif isinstance(message, _RedisDone):
-            self._perform(core.redis_done(message.request_id, message.ok, now))
-        elif isinstance(message, _BusState):
-            self._perform(core.bus_up(now) if message.connected else core.bus_down(now))
-        elif isinstance(message, _ConnectionLost):
-            if message.watch is self._watch:
-                self._perform(core.connection_lost(message.watch.server, now))
-        else:
-            return self._other(message, now)
-        return None
-
-    def _other(self, message: Any, now: float) -> Any:
-        return super().on_receive(message)
+    def _on_redis_info(self, message: _RedisInfo, now: float) -> None:
+        self._perform(self._core().redis_info(message.request_id, message.infos, now))
 
     # -- effects
 
@@ -379,7 +343,7 @@ def _tls_contexts(tls: Mapping[str, str]) -> TlsContexts:
     return TlsContexts(TlsFiles(Path(tls["certfile"]), Path(tls["keyfile"]), Path(tls["cafile"])))
 
 
-class ConfigurationServer(_FailoverShell):
+class ConfigurationServer(_FailoverShell[ConfigurationServerCore]):
     """The RCS of one failover system (Beetle's RedisConfigurationServer), supervised.
 
     `master_file`: the RCS's own record of the master, to start from after a restart.
@@ -433,7 +397,11 @@ class ConfigurationServer(_FailoverShell):
         self._paused = False
         self._core_options = core_options
         self.notifications: list[tuple[float, str]] = []
-        self.core: ConfigurationServerCore | None = None
+        self.route(_RedisDone, self._on_redis_done)
+        self.route(_ConnectionLost, self._on_connection_lost)
+        self.route(_Won, self._on_won)
+        self.route(_ElectionOver, self._on_election_over)
+        self.route(NodeEvent, self._on_node_event)
         client_timeout = float(core_options.get("client_timeout", 2.0))
         if client_timeout <= REDIS_TIMEOUT + 0.5:
             # each RCC checks the master (up to REDIS_TIMEOUT on a hung one) before it
@@ -510,36 +478,56 @@ class ConfigurationServer(_FailoverShell):
 
     # -- elections among RCS candidates (with an elector)
 
-    def _other(self, message: Any, now: float) -> Any:
-        core = self.core
-        assert core is not None
-        if isinstance(message, _ElectionOver):
-            self._electing = False
-        elif message == _ELECTION_CHECK:
+    # -- inputs beyond the bus's (BusCoreShell): Redis, the watch, elections, the node monitor
+
+    def on_bus_message(self, message: BusIn, now: float) -> None:
+        body = message.body
+        if (
+            isinstance(body, dict)
+            and body.get("type") in _FROM_ACTIVE
+            and body.get("sender") != self._server_id
+        ):
+            self._last_active_heard = now  # an active RCS (another one) is alive
+        super().on_bus_message(message, now)
+
+    def _on_redis_done(self, message: _RedisDone, now: float) -> None:
+        self._perform(self._core().redis_done(message.request_id, message.ok, now))
+
+    def _on_connection_lost(self, message: _ConnectionLost, now: float) -> None:
+        if message.watch is self._watch:
+            self._perform(self._core().connection_lost(message.watch.server, now))
+
+    def on_other(self, message: Any, now: float) -> Any:
+        if message == _ELECTION_CHECK:
             self._maybe_stand(now)
             self.send_after(1.0, _ELECTION_CHECK)
-        elif isinstance(message, _Won):
-            self._electing = False
-            if self._paused:
-                log.warning(
-                    "failover %s: won term %d while paused; not acting", self.system, message.term
-                )
-            elif message.term > core.highest_term or not core.active:
-                log.warning(
-                    "failover %s: this RCS is active now (term %d)", self.system, message.term
-                )
-                self._perform(core.set_active(True, message.term, now))
-        elif isinstance(message, NodeEvent):  # from the node monitor
-            if message.event == "paused":
-                self._paused = True
-                if core.active:
-                    log.warning("failover %s: the node paused (minority): standing by", self.system)
-                    self._perform(core.set_active(False, core.term, now))
-            elif message.event == "resumed":
-                self._paused = False
-        else:
-            return super()._other(message, now)
-        return None
+            return None
+        return super().on_other(message, now)
+
+    def _on_election_over(self, message: _ElectionOver, now: float) -> None:
+        self._electing = False
+
+    def _on_won(self, message: _Won, now: float) -> None:
+        core = self._core()
+        self._electing = False
+        if self._paused:
+            log.warning(
+                "failover %s: won term %d while paused; not acting", self.system, message.term
+            )
+        elif message.term > core.highest_term or not core.active:
+            log.warning("failover %s: this RCS is active now (term %d)", self.system, message.term)
+            self._perform(core.set_active(True, message.term, now))
+
+    def _on_node_event(self, message: NodeEvent, now: float) -> None:
+        """The node monitor's decisions: a paused node (a minority) stands by."""
+        core = self._core()
+        if message.event == "paused":
+            self._paused = True
+            if core.active:
+                log.warning("failover %s: the node paused (minority): standing by", self.system)
+                self._perform(core.set_active(False, core.term, now))
+        elif message.event == "resumed":
+            self._paused = False
 
     def _maybe_stand(self, now: float) -> None:
         core = self.core
@@ -628,7 +616,7 @@ class ConfigurationServer(_FailoverShell):
                 self.bus.publish(m.routing_key(self.system, name), body)
 
 
-class ConfigurationClient(_FailoverShell):
+class ConfigurationClient(_FailoverShell[ConfigurationClientCore]):
     """The RCC of one failover system on one worker host (Beetle's
     RedisConfigurationClient): keeps this host's master file, which FailoverRedis reads."""
 
@@ -651,7 +639,6 @@ class ConfigurationClient(_FailoverShell):
         # would apply to every set
         self._file = RedisMasterFile(master_file, system, multi_set=multi_set)
         self._core_options = core_options
-        self.core: ConfigurationClientCore | None = None
         ConfigurationClientCore(system, client_id, **core_options)  # check the options now
 
     def on_start(self) -> None:

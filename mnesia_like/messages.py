@@ -2,13 +2,16 @@
 
 Every message is a JSON object `{"v": 1, "t": type, "l": lamport, ...}`. `problem()` describes
 what is wrong with one (unknown type, missing or mistyped field); the core logs that and drops
-the message, it never raises on network input (docs/architecture.md, rule 4). Entries and schema
-definitions inside are checked where they are used.
+the message, it never raises on network input (docs/architecture.md, rule 4). The fields are
+checked by the shared validator (monitors/message_fields.py) with this module's kinds
+(`KINDS`); entries and schema definitions inside are checked where they are used.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from monitors.message_fields import ANY, Check, MessageFields, check, not_an_object
 
 VERSION = 1
 MAX_NAME = 255
@@ -70,49 +73,40 @@ SCHEMAS: dict[str, dict[str, str]] = {
 }
 
 
-def _kind_problem(kind: str, value: Any) -> str | None:
-    if kind == "str":
-        if not isinstance(value, str) or len(value) > 4 * MAX_NAME:
-            return "expected a string"
-    elif kind == "str?":
-        if value is not None and not isinstance(value, str):
-            return "expected a string or null"
-    elif kind == "int":
-        if not isinstance(value, int) or isinstance(value, bool):
-            return "expected an integer"
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            return "expected true or false"
-    elif kind == "list":
-        if not isinstance(value, list):
-            return "expected a list"
-    elif kind == "dict" and not isinstance(value, dict):
-        return "expected an object"
-    return None
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# kind -> check (monitors/message_fields.py)
+KINDS: dict[str, Check] = {
+    "str": check(lambda v: isinstance(v, str) and len(v) <= 4 * MAX_NAME, "expected a string"),
+    "str?": check(lambda v: v is None or isinstance(v, str), "expected a string or null"),
+    "int": check(_is_int, "expected an integer"),
+    "bool": check(lambda v: isinstance(v, bool), "expected true or false"),
+    "list": check(lambda v: isinstance(v, list), "expected a list"),
+    "dict": check(lambda v: isinstance(v, dict), "expected an object"),
+    "any": ANY,
+}
+_FIELDS = {t: MessageFields(t, KINDS, schema) for t, schema in SCHEMAS.items()}
 
 
 def problem(msg: Any) -> str | None:
     """What is wrong with `msg`, or None if it is a well-formed message of a known type."""
-    if not isinstance(msg, dict):
-        return f"expected a JSON object, got {type(msg).__name__}"
+    bad = not_an_object(msg)
+    if bad:
+        return bad
     if msg.get("v") != VERSION:
         return f"unsupported message version {msg.get('v')!r} (expected {VERSION})"
     t = msg.get("t")
     if not isinstance(t, str):
         return "no message type (key 't')"
-    schema = SCHEMAS.get(t)
-    if schema is None:
+    fields = _FIELDS.get(t)
+    if fields is None:
         return f"unknown message type {t[:64]!r}"
     lam = msg.get("l")
     if not isinstance(lam, int) or isinstance(lam, bool) or lam < 0:
         return f"{t}: 'l' (the Lamport clock) must be a non-negative integer"
-    for key, kind in schema.items():
-        if key not in msg:
-            return f"{t}: missing field {key!r}"
-        bad = _kind_problem(kind, msg[key])
-        if bad:
-            return f"{t}: field {key!r}: {bad}"
-    return None
+    return fields.problem(msg)
 
 
 def str_list(value: Any) -> list[str] | None:

@@ -74,11 +74,10 @@ from mnesia_like.effects import (
 from mnesia_like.errors import Aborted, MnesiaError, Restart, Timeout
 from mnesia_like.schema_file import read_schema, schema_path, write_schema
 from mnesia_like.tx import DECISIONS
-from monitors.core_timers import CoreTimers, Fired
-from monitors.dist import Message, NetKernel, NodeDown, NodeUp
+from monitors.core_shell import NodeCoreShell
+from monitors.dist import NetKernel
 from monitors.effects import CancelTimer, Log, Send, SetTimer
-from monitors.shell_effects import CONNECT_DONE, ShellEffects
-from supervisors import Process
+from monitors.shell_effects import ShellEffects
 
 log = logging.getLogger("mnesia_like")
 
@@ -160,7 +159,7 @@ class _Syncer:
                 self._ref.tell(_Synced(batch, errors))
 
 
-class Mnesia(Process):
+class Mnesia(NodeCoreShell[MnesiaCore]):
     """One node's store (Mnesia). Start it after the node's NetKernel; use it via `Schema`.
 
     - `kernel`: the NetKernel (or its ref).
@@ -195,13 +194,10 @@ class Mnesia(Process):
         self._fsync = check_fsync(fsync)
         self._force_load = force_load
         self._core_options = core_options
-        self._timers = CoreTimers(self)
         self._pending: dict[int, Future] = {}
         self._early: set[int] = set()  # requests whose answer may pass a pending fsync
         self._subscribers: dict[int, Any] = {}
         self._logs: dict[str, TableLog] = {}
-        self._effects: ShellEffects | None = None  # the common effects (on_start)
-        self.core: MnesiaCore | None = None
         # group commit (see the module docstring): the open batch, and the one the fsync
         # thread is syncing (with its number and tickets)
         self._open_batch: _Batch | None = None
@@ -214,6 +210,9 @@ class Mnesia(Process):
         # one write once the mailbox is empty (see _flush_sends)
         self._outbox: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._outbox_n = 0
+        self.route(_Synced, self._on_synced)
+        self.route(_Request, self._on_request)
+        self.route(_Subscribe, self._on_subscribe)
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -249,11 +248,9 @@ class Mnesia(Process):
             log_prefix="mnesia",
             thread_prefix="mnesia-connect",
         )
-        self.kernel.register(MnesiaCore.NAME, self.actor_ref)
-        self.kernel.monitor_nodes(self.actor_ref)
+        self.attach(MnesiaCore.NAME)
         self._perform(self.core.start(time.monotonic()))
-        for peer in self.kernel.nodes():  # connected before we subscribed
-            self._perform(self.core.nodeup(peer, self.kernel.peer_creation(peer), time.monotonic()))
+        self.replay_nodeups()
         self._seal()
         self._flush_sends()
         self._timers.set("_maintenance", MAINTENANCE)
@@ -282,11 +279,7 @@ class Mnesia(Process):
         self._selfq.clear()
         self._outbox.clear()
         self._timers.clear()
-        kernel = getattr(self, "kernel", None)
-        if kernel is not None:
-            with contextlib.suppress(Exception):
-                kernel.demonitor_nodes(self.actor_ref)
-                kernel.unregister(MnesiaCore.NAME)
+        self.detach(MnesiaCore.NAME)
         for tlog in self._logs.values():
             with contextlib.suppress(Exception):
                 tlog.close()
@@ -299,47 +292,38 @@ class Mnesia(Process):
 
     # ---------------------------------------------------------------------- events
 
+    # The incoming half is NodeCoreShell's (monitors/core_shell.py): NodeUp, NodeDown,
+    # messages to MnesiaCore.NAME, timers and connect attempts; and these routes of our own.
+
     def on_receive(self, message: Any) -> Any:
-        result = self._handle(message)
+        result = super().on_receive(message)
         self._maybe_flush_sends()  # also after events that performed nothing
         return result
 
-    def _handle(self, message: Any) -> Any:
-        core = self.core
-        assert core is not None
-        now = time.monotonic()
-        if isinstance(message, _Synced):
-            self._synced(message)
-        elif isinstance(message, _Request):
-            self._pending[message.req_id] = message.future
-            if message.op in _EARLY_OPS:
-                self._early.add(message.req_id)
-            self._perform(core.request(message.req_id, message.op, message.args, now))
-        elif isinstance(message, Message):
-            self._perform(core.receive(message.node, message.msg, now))
-        elif isinstance(message, NodeUp):
-            self._perform(core.nodeup(message.node, message.creation, now))
-        elif isinstance(message, NodeDown):
-            self._common_effects().connect_over(message.node)
-            self._perform(core.nodedown(message.node, message.reason, now))
-        elif isinstance(message, Fired):
-            if self._timers.fired(message):
-                if message.key == "_maintenance":
-                    self._maintenance()
-                else:
-                    self._perform(core.timer(message.key, now, message.data))
-        elif isinstance(message, _Subscribe):
-            if message.add:
-                self._subscribers[id(message.target)] = message.target
-            else:
-                self._subscribers.pop(id(message.target), None)
-        elif isinstance(message, tuple) and message and message[0] == CONNECT_DONE:
-            self._common_effects().connect_over(message[1])
-        else:
-            return super().on_receive(message)
+    def after_event(self) -> None:
         if self._syncing is None and self._open_batch is not None:
             self._seal()
-        return None
+
+    def _on_synced(self, message: _Synced, now: float) -> None:
+        self._synced(message)
+
+    def _on_request(self, message: _Request, now: float) -> None:
+        self._pending[message.req_id] = message.future
+        if message.op in _EARLY_OPS:
+            self._early.add(message.req_id)
+        self._perform(self._core().request(message.req_id, message.op, message.args, now))
+
+    def _on_subscribe(self, message: _Subscribe, now: float) -> None:
+        if message.add:
+            self._subscribers[id(message.target)] = message.target
+        else:
+            self._subscribers.pop(id(message.target), None)
+
+    def on_timer(self, key: str, now: float, data: Any) -> None:
+        if key == "_maintenance":
+            self._maintenance()
+        else:
+            super().on_timer(key, now, data)
 
     def _maintenance(self) -> None:
         for table, tlog in list(self._logs.items()):
@@ -537,10 +521,6 @@ class Mnesia(Process):
     def _log_of(self, table: str) -> TableLog:
         tlog = self._logs.get(table)
         return tlog if tlog is not None else self._open(table)
-
-    def _common_effects(self) -> ShellEffects:
-        assert self._effects is not None, "the store has not started"
-        return self._effects
 
     def _perform_one(self, effect: Any) -> None:
         """One effect past the group-commit hold and the self-delivery (_perform_list): the

@@ -8,8 +8,9 @@ This class is that one way. A shell asks it first and handles its own effects (p
 application, write a disc copy, publish on a bus) when it answers False; a shell that holds
 effects back (mnesia_like's group commit) decides what to hold before it asks.
 
-The attempt ends with `("connect-done", node)` told to the shell, which hands it (and every
-NodeDown) to `connect_over(node)` so that the next Connect of that node tries again.
+The attempt ends with `ConnectDone(node)` told to the shell, which hands it (and every
+NodeDown) to `connect_over(node)` so that the next Connect of that node tries again
+(monitors/core_shell.py does both for every dist shell).
 """
 
 from __future__ import annotations
@@ -18,20 +19,26 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from monitors.core_timers import CoreTimers
 from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
 
-__all__ = ["CONNECT_DONE", "ShellEffects"]
+__all__ = ["ConnectDone", "ShellEffects"]
 
-CONNECT_DONE = "connect-done"  # ("connect-done", node): a background connect attempt ended
+
+@dataclass(frozen=True)
+class ConnectDone:
+    """What the shell is told when a background connect attempt to `node` ended."""
+
+    node: str
 
 
 class ShellEffects:
     """The common effects of one shell (see the module docstring).
 
-    `owner` is the shell's Process (its actor_ref hears CONNECT_DONE), `who` names the shell
+    `owner` is the shell's Process (its actor_ref hears ConnectDone), `who` names the shell
     in log lines, and `kernel` (a NetKernel) is given for a core that uses dist: without it,
     Send, Connect and Disconnect are left to the shell. Log lines carry the core's fields as
     the record's `fields` attribute, or, with `log_prefix`, inline after that prefix."""
@@ -76,7 +83,7 @@ class ShellEffects:
         return True
 
     def connect_over(self, node: str) -> None:
-        """The attempt to connect `node` ended (CONNECT_DONE), or its connection went
+        """The attempt to connect `node` ended (ConnectDone), or its connection went
         (NodeDown): the next Connect tries again."""
         self._connecting.discard(node)
 
@@ -117,6 +124,6 @@ class ShellEffects:
             except Exception as exc:
                 logger.debug("%s: connect to %s failed: %s", who, node, exc)
             with contextlib.suppress(Exception):
-                owner.actor_ref.tell((CONNECT_DONE, node))
+                owner.actor_ref.tell(ConnectDone(node))
 
         threading.Thread(target=attempt, name=f"{self._thread_prefix}-{node}", daemon=True).start()

@@ -6,9 +6,12 @@ cookie itself never crosses the socket. Without `tls:` the server binds loopback
 (node_config checks it); with `tls:` it serves HTTPS with the node's certificate and may listen
 on any address, and the client checks that certificate against the cluster CA (`cafile`).
 
-Routes:
+Routes (their handlers: rabbitry/control_routes.py):
     GET  /status           the cluster status: node, all, disc, running, partitions, paused, alarms,
                            ephemeral
+    GET  /app              whether the application tree runs, and why not
+    GET  /cluster/modes    {member: partition_handling}, and whether they differ
+    GET  /singletons       where each singleton runs, with its token and expiry
     POST /cluster/join     {"node": "b@h", "address": "h:7002"}   join b's cluster
     GET  /cluster/ephemeral                                  the ephemeral members {up, down}
     POST /cluster/leave    {}                                     leave the cluster

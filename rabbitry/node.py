@@ -26,55 +26,32 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pykka import ActorDeadError, Timeout
+from pykka import ActorDeadError, ActorRef, Timeout
 
 from monitors.alarms import DISK, MEMORY, evaluate, sample
 from monitors.dist import NetKernel
 from monitors.dist.name_lock import NameLock
-from monitors.durable_files import atomic_write
-from monitors.gossip import ElectionError, Gossip, LimitedSet, elect
-from monitors.node_monitor.core import NodeMonitorCore
+from monitors.gossip import Gossip
 from monitors.node_monitor.shell import AppControl, NodeMonitor
 from monitors.tls import TlsContexts
 from rabbitry.control import Conflict, ControlServer
+from rabbitry.control_routes import ELECT_TOPIC, ControlRoutes
 from rabbitry.node_config import NodeConfig
-from rabbitry.node_files import describe, node_run_dir, with_run_dir
+from rabbitry.node_files import describe, node_run_dir, read_addresses, with_run_dir
 from rabbitry.observe import MetricsServer, NodeObserver, Observations
 from rabbitry.singleton.guard import with_singletons
 from rabbitry.singleton.service import SingletonService
 from rabbitry.ui import ManagementUI
 from supervisors import ChildSpec, Process, Supervisor, SupFlags, stop_pool
 
+if TYPE_CHECKING:  # the store is imported when configured (mnesia:)
+    from mnesia_like import Mnesia
+
 log = logging.getLogger("rabbitry.node")
 
 STATS_INTERVAL = 2.5  # RabbitMQ's vm_memory_monitor checks every 2.5 s
-ADDRESSES_FILE = "dist_addresses.json"
-# Elections asked for over the control API run under this topic; the node registers a handler
-# that does nothing, because the asker (a Spark task) runs the action itself when it won.
-ELECT_TOPIC = "rabbitry.elect"
-# Store operations the control API may run (POST /mnesia); all of mnesia_like.Schema's reads
-# and writes, not its subscriptions.
-MNESIA_OPS = frozenset(
-    [
-        "system_info",
-        "change_config",
-        "create_table",
-        "delete_table",
-        "add_table_copy",
-        "del_table_copy",
-        "table_info",
-        "dirty_read",
-        "dirty_write",
-        "dirty_delete",
-        "dirty_match",
-        "dirty_select",
-        "wait_for_tables",
-        "reload_from",
-    ]
-)
-
 _current: Node | None = None  # the node this process runs (one OS process is one node)
 
 
@@ -91,19 +68,20 @@ def current_node() -> Node:
     return _current
 
 
-class _Parts:
+class NodeParts:
     """The refs of the root's children as they (re)start, for the start callables of the
-    children after them. A start callable runs in the root supervisor's thread and so cannot
-    ask the supervisor itself."""
+    children after them (a start callable runs in the root supervisor's thread and so cannot
+    ask the supervisor itself), and for the control API's routes. None: not started, or not
+    configured (mnesia, gossip, control, metrics)."""
 
     def __init__(self) -> None:
-        self.kernel: Any = None
-        self.monitor: Any = None
-        self.control: Any = None
-        self.gossip: Any = None
-        self.mnesia: Any = None
-        self.metrics: Any = None
-        self.singletons: Any = None
+        self.kernel: ActorRef[NetKernel] | None = None
+        self.monitor: ActorRef[NodeMonitor] | None = None
+        self.control: ActorRef[ControlServer] | None = None
+        self.gossip: ActorRef[Gossip] | None = None
+        self.mnesia: ActorRef[Mnesia] | None = None
+        self.metrics: ActorRef[MetricsServer] | None = None
+        self.singletons: ActorRef[SingletonService] | None = None
 
 
 class NodeStats(Process):
@@ -164,14 +142,13 @@ class Node:
         # The node's SSL contexts (None without `tls:`): dist, the control API and metrics
         # take theirs from here per connection, so a rotation reaches all of them at once.
         self.tls = TlsContexts(config.tls, config.node) if config.tls is not None else None
-        self.parts = _Parts()
+        self.parts = NodeParts()
         self.root: Any = None
         # The monitor may ask to start or stop the application while the root is still
         # starting its children (Supervisor.start has not returned the root yet).
         self._root_ready = threading.Event()
-        self._once_lock = threading.Lock()
-        # elect_once keys this node handed out; bounded like the revoked set
-        self._once_ran = LimitedSet(maxlen=50_000, expires=3 * 3600.0)
+        # the control API's handlers (they keep elect_once's keys for the node's lifetime)
+        self.routes = ControlRoutes(self)
         # Why the application last failed to start (None once it starts), for GET /app and
         # `rabbitry cluster status`: a node that is up but not running says why.
         self._app_error: dict[str, Any] | None = None
@@ -254,13 +231,19 @@ class Node:
         host, port = self.parts.metrics.proxy().get_address().get(timeout=5)
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+    def _running_monitor(self) -> ActorRef[NodeMonitor]:
+        monitor = self.parts.monitor
+        if monitor is None:
+            raise LookupError(f"node {self.config.node}: the node monitor is not running")
+        return monitor
+
     def status(self) -> dict[str, Any]:
-        return self.parts.monitor.proxy().get_status().get(timeout=10)
+        return self._running_monitor().proxy().get_status().get(timeout=10)
 
     def partition_modes(self) -> dict[str, Any]:
         """GET /cluster/modes: {member: its partition_handling} as the members' records said,
         and `differ`: whether they disagree (shown by `rabbitry cluster status`)."""
-        modes = self.parts.monitor.proxy().partition_modes().get(timeout=10)
+        modes = self._running_monitor().proxy().partition_modes().get(timeout=10)
         distinct = {json.dumps(mode, sort_keys=True) for mode in modes.values()}
         return {"modes": modes, "differ": len(distinct) > 1}
 
@@ -341,12 +324,6 @@ class Node:
         )
         return self.parts.singletons
 
-    def singletons_status(self) -> dict[str, Any]:
-        """GET /singletons: where each singleton runs, with its token and expiry."""
-        if self.parts.singletons is None:
-            raise Conflict("the singleton service is not running on this node")
-        return self.parts.singletons.proxy().status().get(timeout=10)
-
     def _start_metrics(self) -> Any:
         self.parts.metrics = MetricsServer.start_link(self)
         return self.parts.metrics
@@ -356,7 +333,7 @@ class Node:
 
     def _start_kernel(self) -> Any:
         config = self.config
-        peers = {**self._learned_addresses(), **{n: str(a) for n, a in config.peers.items()}}
+        peers = {**read_addresses(config.data_dir), **{n: str(a) for n, a in config.peers.items()}}
         self.parts.kernel = NetKernel.start_link(
             config.node,
             str(config.listen),
@@ -441,7 +418,7 @@ class Node:
             force_load=options.force_load,
             load_timeout=options.load_timeout,
         )
-        monitor = self.parts.monitor
+        monitor = self._running_monitor()
 
         def to_monitor(event: Any) -> None:  # runs on the store's thread: tell, never wait
             monitor.proxy().store_event(event.kind, event.node, event.detail)
@@ -463,65 +440,6 @@ class Node:
             raise Conflict("this node runs no store: add `mnesia: {}` to its config")
         return Schema(self.parts.mnesia)
 
-    def mnesia_status(self) -> dict[str, Any]:
-        """running_db_nodes, per-table copies, and the store events the monitor saw."""
-        status = self.mnesia.status()
-        events = self.parts.monitor.proxy().store_events().get(timeout=10)
-        return {**status, "events": events}
-
-    def _mnesia_call(self, body: dict[str, Any]) -> Any:
-        """POST /mnesia: {"op": name, "args": {...}} for one Schema operation, or "op":
-        "transaction" with "writes"/"deletes" lists applied in one transaction."""
-        op, args = body.get("op"), body.get("args", {})
-        if not isinstance(args, dict):
-            raise ValueError('mnesia: "args" must be an object')
-        from mnesia_like import MnesiaError
-
-        self._refuse_ephemeral_copies(op, args)
-        try:
-            return self._mnesia_op(self.mnesia, op, args)
-        except MnesiaError as exc:  # the store said no: the request was fine, the moment not
-            raise Conflict(f"{type(exc).__name__}: {exc}") from None
-
-    def _refuse_ephemeral_copies(self, op: Any, args: dict[str, Any]) -> None:
-        """A table copy on an ephemeral member would vanish with it: say so, by name."""
-        named: list[Any] = []
-        if op == "add_table_copy":
-            named = [args.get("node")]
-        elif op == "create_table":
-            for key in ("ram_copies", "disc_copies"):
-                value = args.get(key)
-                named += list(value) if isinstance(value, list | tuple) else []
-        bad = sorted({n for n in named if isinstance(n, str) and self._knows_ephemeral(n)})
-        if bad:
-            raise Conflict(
-                f"mnesia {op}: {', '.join(bad)} is an ephemeral member; ephemeral members hold "
-                "no mnesia_like copies (they are forgotten when they go): put copies on core "
-                "members"
-            )
-
-    @staticmethod
-    def _mnesia_op(db: Any, op: Any, args: dict[str, Any]) -> Any:
-        if op == "transaction":
-            writes, deletes = args.get("writes", []), args.get("deletes", [])
-
-            def apply(tx: Any) -> int:
-                for table, record in writes:
-                    tx.write(table, record)
-                for table, key in deletes:
-                    tx.delete(table, key)
-                return len(writes) + len(deletes)
-
-            return {"result": db.transaction(apply)}
-        if op not in MNESIA_OPS:
-            raise ValueError(
-                f"mnesia: op must be one of {sorted(MNESIA_OPS)} or transaction; got {op!r}"
-            )
-        try:
-            return {"result": getattr(db, op)(**args)}
-        except TypeError as exc:
-            raise ValueError(f"mnesia {op}: {exc}") from None
-
     def _start_stats(self) -> Any:
         return NodeStats.start_link(self.parts.monitor, self.config, self._app_weight)
 
@@ -541,103 +459,10 @@ class Node:
         self.parts.gossip.proxy().register_election_handler(ELECT_TOPIC, lambda _action: None)
         return self.parts.gossip
 
-    def gossip_status(self) -> dict[str, Any]:
-        """The gossip state (clock, alive workers, revoked, bus, elections)."""
-        if self.parts.gossip is None:
-            raise Conflict("this node has no `bus:` configured, so it does not gossip")
-        return self.parts.gossip.proxy().status().get(timeout=10)
-
-    def _gossip_proxy(self) -> Any:
-        if self.parts.gossip is None:
-            raise Conflict("this node has no `bus:` configured, so it does not gossip")
-        return self.parts.gossip.proxy()
-
-    def _revoked(self) -> dict[str, Any]:
-        ids = self._gossip_proxy().revoked_ids().get(timeout=10)
-        return {"count": len(ids), "ids": ids}
-
-    def _revoke(self, body: dict[str, Any]) -> dict[str, Any]:
-        ids = body.get("ids")
-        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
-            raise ValueError('revoke needs {"ids": ["id", ...]} (non-empty strings)')
-        self._gossip_proxy().revoke(ids).get(timeout=10)
-        return {"revoked": len(ids)}
-
-    def _elect(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Run gossip election `id` with this node as a candidate; the winner's name."""
-        eid, topic = body.get("id"), body.get("topic", ELECT_TOPIC)
-        timeout = body.get("timeout", 10.0)
-        if not isinstance(eid, str) or not eid or not isinstance(topic, str):
-            raise ValueError('elect needs {"id": "...", "topic": "...", "timeout": seconds}')
-        if not isinstance(timeout, int | float) or not 0 < timeout <= 300:
-            raise ValueError(f"elect: timeout must be 0 < seconds <= 300, got {timeout!r}")
-        if self.parts.gossip is None:
-            raise Conflict(
-                "this node has no `bus:` configured, so it cannot take part in elections"
-            )
-        try:
-            winner = elect(self.parts.gossip, eid, topic, None, float(timeout))
-        except ElectionError as exc:
-            raise Conflict(str(exc)) from None
-        return {"id": eid, "winner": winner, "me": winner == self.config.node}
-
-    def _elect_once(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Stand in the election for `key`; `run` is true for exactly one asker cluster-wide:
-        the first one on the winning node. (The node remembers in memory what it handed out.)"""
-        key = body.get("key")
-        if not isinstance(key, str) or not key:
-            raise ValueError('elect_once needs {"key": "...", "timeout": seconds}')
-        result = self._elect({"id": f"once:{key}", "timeout": body.get("timeout", 10.0)})
-        run = False
-        if result["me"]:
-            with self._once_lock:
-                run = key not in self._once_ran
-                self._once_ran.add(key, time.time())
-        return {"key": key, "winner": result["winner"], "run": run}
-
-    def _block(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Fault injection (demo, tests): cut this node off from `nodes` ("all": every peer
-        in the cluster) for `seconds`. See NetKernel.block."""
-        nodes, seconds = body.get("nodes"), body.get("seconds")
-        if nodes == "all":
-            nodes = [n for n in self.status()["all"] if n != self.config.node]
-        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-            raise ValueError('block needs {"nodes": ["b@host", ...] | "all", "seconds": s}')
-        if not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
-            raise ValueError(f"block: seconds must be 0 < s <= 3600, got {seconds!r}")
-        return {"blocked": nodes, "cut": self.kernel.block(nodes, float(seconds))}
-
-    def _unblock(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Fault injection: end a block early ("all" or absent: every blocked peer)."""
-        nodes = body.get("nodes", "all")
-        if nodes != "all" and (
-            not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes)
-        ):
-            raise ValueError('unblock needs {"nodes": ["b@host", ...] | "all"}')
-        return {"unblocked": self.kernel.unblock(None if nodes == "all" else nodes)}
-
     def _start_control(self) -> Any:
         address = self.config.control
         assert address is not None
-        routes = {
-            ("GET", "/status"): lambda _body: self.status(),
-            ("GET", "/app"): lambda _body: self.app_status(),
-            ("GET", "/gossip"): lambda _body: self.gossip_status(),
-            ("GET", "/gossip/revoked"): lambda _body: self._revoked(),
-            ("POST", "/gossip/revoke"): self._revoke,
-            ("POST", "/gossip/elect"): self._elect,
-            ("POST", "/gossip/elect_once"): self._elect_once,
-            ("POST", "/debug/block"): self._block,
-            ("POST", "/debug/unblock"): self._unblock,
-            ("GET", "/mnesia"): lambda _body: self.mnesia_status(),
-            ("POST", "/mnesia"): self._mnesia_call,
-            ("POST", "/cluster/join"): self._join,
-            ("GET", "/cluster/ephemeral"): lambda _body: self._ephemeral(),
-            ("GET", "/cluster/modes"): lambda _body: self.partition_modes(),
-            ("POST", "/cluster/leave"): self._leave,
-            ("POST", "/cluster/forget"): self._forget,
-            ("GET", "/singletons"): lambda _body: self.singletons_status(),
-        }
+        routes = self.routes.table()  # rabbitry/control_routes.py
         ui = ManagementUI(self, routes)  # /ui/: the management page (docs/ui.md)
         routes[("POST", "/ui/token")] = ui.new_login
         self.parts.control = ControlServer.start_link(
@@ -694,101 +519,6 @@ class Node:
                 except ActorDeadError:  # a pause stopped it between the two calls
                     return 0
         return 0
-
-    # ------------------------------------------------------------------ membership
-
-    def _join(self, body: dict[str, Any]) -> dict[str, Any]:
-        peer, address = body.get("node"), body.get("address")
-        if not isinstance(peer, str) or not isinstance(address, str):
-            raise ValueError('join needs {"node": "name@host", "address": "host:port"}')
-        kernel = self.kernel
-        kernel.set_address(peer, address)
-        if not kernel.connect(peer):
-            raise Conflict(f"cannot reach {peer} at {address}; is it running?")
-        remote = kernel.call(peer, NodeMonitorCore.NAME, {"t": "cluster_query"}, timeout=10)
-        if remote.get("role", "core") != "core":
-            raise Conflict(f"{peer} is an ephemeral node; join a core member")
-        if self.config.role == "ephemeral":
-            return self._attach(peer, remote)
-        learned = self._learned_addresses()
-        for member, member_address in remote.get("addresses", {}).items():
-            if member != self.config.node and member not in kernel.addresses():
-                kernel.set_address(member, member_address)
-                learned[member] = member_address
-        learned[peer] = address
-        self._save_addresses(learned)
-        monitor = self.parts.monitor.proxy()
-        for member in remote.get("all", []):
-            if member != self.config.node:
-                monitor.joined_cluster(member, member in remote.get("disc", [])).get()
-        monitor.joined_cluster(self.config.node, True).get()
-        for member in remote.get("all", []):
-            if member != self.config.node:
-                kernel.send(
-                    member,
-                    NodeMonitorCore.NAME,
-                    {"t": "address", "node": self.config.node, "address": self.dist_address},
-                )
-        return self.status()
-
-    def _attach(self, peer: str, remote: dict[str, Any]) -> dict[str, Any]:
-        """`rabbitry cluster join` on an ephemeral node: attach to the core `peer` belongs
-        to. The core does not learn our address (it never connects to us); only the core
-        members' addresses are kept, for the next start."""
-        kernel = self.kernel
-        learned = self._learned_addresses()
-        for member, member_address in remote.get("addresses", {}).items():
-            if member != self.config.node and member not in kernel.addresses():
-                kernel.set_address(member, member_address)
-            learned[member] = member_address
-        self._save_addresses(learned)
-        monitor = self.parts.monitor.proxy()
-        for member in sorted({peer, *remote.get("all", [])} - {self.config.node}):
-            monitor.joined_cluster(member, member in remote.get("disc", [])).get()
-        return self.status()
-
-    def _leave(self, _body: dict[str, Any]) -> dict[str, Any]:
-        self.parts.monitor.proxy().left_cluster(self.config.node).get()
-        return self.status()
-
-    def _forget(self, body: dict[str, Any]) -> dict[str, Any]:
-        peer = body.get("node")
-        if not isinstance(peer, str):
-            raise ValueError('forget needs {"node": "name@host"}')
-        if peer == self.config.node:
-            raise Conflict("a node cannot forget itself; use `rabbitry cluster leave`")
-        if peer in self.kernel.nodes():
-            raise Conflict(f"{peer} is running and connected; stop it before forgetting it")
-        if self.config.role == "ephemeral":
-            raise Conflict("an ephemeral node keeps no membership; forget on a core member")
-        if peer not in self.status()["all"] and not self._knows_ephemeral(peer):
-            raise Conflict(f"{peer} is not a member of this cluster")
-        self.parts.monitor.proxy().left_cluster(peer).get()
-        return self.status()
-
-    def _ephemeral(self) -> dict[str, list[str]]:
-        up, down = self.parts.monitor.proxy().ephemeral_members().get(timeout=10)
-        return {"up": up, "down": down}
-
-    def _knows_ephemeral(self, peer: str) -> bool:
-        up, down = self.parts.monitor.proxy().ephemeral_members().get(timeout=10)
-        return peer in up or peer in down
-
-    def _learned_addresses(self) -> dict[str, str]:
-        path = self.config.data_dir / ADDRESSES_FILE
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring %s: %s", path, exc)
-            return {}
-        addresses = data.get("addresses") if isinstance(data, dict) else None
-        return {str(k): str(v) for k, v in (addresses or {}).items()}
-
-    def _save_addresses(self, addresses: dict[str, str]) -> None:
-        data = json.dumps({"version": 1, "addresses": addresses}, indent=2).encode()
-        atomic_write(Path(self.config.data_dir) / ADDRESSES_FILE, data)
 
 
 def wait_ready(node: Node, timeout: float = 30.0) -> None:

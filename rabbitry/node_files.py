@@ -8,17 +8,46 @@ second node's child could never take the pid file's lock. A node therefore gives
 of its tree `<data_dir>/run` as its run dir, unless the tree names the files itself.
 
 Application code that starts OsProcesses of its own should pass `run_dir=current_node().run_dir`.
+
+The dist addresses a node learnt (`rabbitry cluster join`) are kept in `<data_dir>/
+dist_addresses.json`, read at the next start (`read_addresses`, `save_addresses`).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
+from monitors.durable_files import atomic_write
 from supervisors import ChildSpec, OsProcess, Supervisor
 
+log = logging.getLogger("rabbitry.node")
+
 RUN_SUBDIR = "run"
+ADDRESSES_FILE = "dist_addresses.json"
+
+
+def read_addresses(data_dir: Path) -> dict[str, str]:
+    """{node: "host:port"} learnt by earlier joins ({} if none, or unreadable: logged)."""
+    path = Path(data_dir) / ADDRESSES_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return {}
+    addresses = data.get("addresses") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in (addresses or {}).items()}
+
+
+def save_addresses(data_dir: Path, addresses: dict[str, str]) -> None:
+    """Keep `addresses` for the next start (atomically: a crash leaves the old or the new)."""
+    data = json.dumps({"version": 1, "addresses": addresses}, indent=2).encode()
+    atomic_write(Path(data_dir) / ADDRESSES_FILE, data)
 
 
 def node_run_dir(data_dir: Path) -> Path:

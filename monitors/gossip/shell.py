@@ -23,11 +23,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from monitors.bus import Bus, BusError, BusMessage, connect_bus
-from monitors.core_timers import CoreTimers, Fired
+from monitors.bus import Bus, BusError, connect_bus
+from monitors.core_shell import BusCoreShell, BusIn
 from monitors.effects import perform_all
 from monitors.gossip import wire
 from monitors.gossip.effects import (
@@ -45,7 +44,6 @@ from monitors.gossip.effects import (
 from monitors.gossip.gossip_core import TIMER_HEARTBEAT, GossipCore
 from monitors.node_monitor.shell import NodeEvent
 from monitors.shell_effects import ShellEffects
-from supervisors import Process
 
 __all__ = ["ElectionError", "Gossip", "Mingle", "elect", "wait_mingled"]
 
@@ -58,19 +56,7 @@ class ElectionError(RuntimeError):
     """An election ended without a winner (its deadline passed, gossip is off, ...)."""
 
 
-@dataclass(frozen=True)
-class _In:
-    routing_key: str
-    body: Any
-    sender: str
-
-
-@dataclass(frozen=True)
-class _BusState:
-    connected: bool
-
-
-class Gossip(Process):
+class Gossip(BusCoreShell[GossipCore]):
     """One node's gossip (heartbeats, alive workers, revokes, elections) and mingle.
 
     `bus` is a URL for `connect_bus` (the shell owns the connection and closes it on stop) or
@@ -109,11 +95,10 @@ class Gossip(Process):
         self._waiting: dict[str, list[concurrent.futures.Future[str]]] = {}
         self._mingled = threading.Event()
         self.bus: Bus | None = None
-        self.core: GossipCore | None = None
-        self._timers = CoreTimers(self)
         # SetTimer, CancelTimer and Log (this core talks over the bus, not dist)
         self._effects = ShellEffects(self, self._timers, log, f"gossip {self.node}")
         self._subscriptions: list[Any] = []
+        self.route(NodeEvent, self._on_node_event)
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -181,17 +166,6 @@ class Gossip(Process):
                 if not future.done():
                     future.set_exception(ElectionError(f"gossip on {self.node} stopped"))
         self._waiting.clear()
-
-    # ---------------------------------------------------------------------- bus callbacks
-    # These run on the bus's threads: they only tell this process.
-
-    def _on_bus_message(self, message: BusMessage) -> None:
-        with contextlib.suppress(Exception):
-            self.actor_ref.tell(_In(message.routing_key, message.body, message.sender))
-
-    def _on_bus_state(self, connected: bool) -> None:
-        with contextlib.suppress(Exception):
-            self.actor_ref.tell(_BusState(connected))
 
     # ---------------------------------------------------------------------- the API
 
@@ -262,27 +236,22 @@ class Gossip(Process):
 
     # ---------------------------------------------------------------------- events
 
-    def on_receive(self, message: Any) -> Any:
-        core = self.core
-        if core is None:
-            return super().on_receive(message)
-        now = time.time()
-        if isinstance(message, _In):
-            self._perform(core.receive(message.routing_key, message.body, now, message.sender))
-        elif isinstance(message, Fired):
-            if self._timers.fired(message):
-                if message.key == TIMER_HEARTBEAT:
-                    with contextlib.suppress(OSError):
-                        core.set_stats(loadavg=list(os.getloadavg()))
-                self._perform(core.timer(message.key, now, message.data))
-        elif isinstance(message, _BusState):
-            self._perform(core.bus_up(now) if message.connected else core.bus_down(now))
-        elif isinstance(message, NodeEvent):  # from the node monitor
-            if message.event in ("paused", "resumed"):
-                self._perform(core.set_paused(message.event == "paused", now))
-        else:
-            return super().on_receive(message)
-        return None
+    # The incoming half is BusCoreShell's (monitors/core_shell.py): bus messages, the bus's
+    # state, timers; and the node monitor's pause and resume.
+
+    def on_bus_message(self, message: BusIn, now: float) -> None:
+        core = self._core()
+        self._perform(core.receive(message.routing_key, message.body, now, message.sender))
+
+    def on_timer(self, key: str, now: float, data: Any) -> None:
+        if key == TIMER_HEARTBEAT:
+            with contextlib.suppress(OSError):
+                self._core().set_stats(loadavg=list(os.getloadavg()))
+        super().on_timer(key, now, data)
+
+    def _on_node_event(self, message: NodeEvent, now: float) -> None:
+        if message.event in ("paused", "resumed"):
+            self._perform(self._core().set_paused(message.event == "paused", now))
 
     # ---------------------------------------------------------------------- effects
 

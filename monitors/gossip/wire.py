@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Iterable, Mapping
-from functools import partial
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from monitors.gossip.clock import LamportClock
+from monitors.message_fields import ANY, Check, MessageFields, check, not_an_object
 
 VERSION = 1
 
@@ -199,39 +199,6 @@ def _best_ok(v: Any) -> bool:
     return ok and _name_ok(v[1]) and _is_int(v[2]) and v[2] >= 0
 
 
-def _check(test: Callable[[Any], bool], why: str) -> Callable[[Any], str | None]:
-    return lambda v: None if test(v) else why
-
-
-# kind -> check; a table rather than a chain of comparisons: every message is checked field by
-# field, and the table finds each field's check at once
-_CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "int": _check(_is_int, "expected an integer"),
-    "count": _check(lambda v: _is_int(v) and v >= 0, "expected an integer >= 0"),
-    "num": _check(_is_num, "expected a finite number"),
-    "pos": _check(lambda v: _is_num(v) and v > 0, "expected a number > 0"),
-    "bool": _check(lambda v: isinstance(v, bool), "expected true or false"),
-    "str": _check(lambda v: isinstance(v, str), "expected a string"),
-    "text": _check(lambda v: isinstance(v, str) and len(v) <= MAX_NAME, "expected a short string"),
-    "name": _check(_name_ok, f"expected a non-empty string of <= {MAX_NAME} chars"),
-    "topic": _check(lambda v: _name_ok(v, MAX_TOPIC), f"expected a topic of <= {MAX_TOPIC} chars"),
-    "names": _check(_names_ok, f"expected a list of at most {MAX_LIST} node names"),
-    "chunks": _check(lambda v: _is_int(v) and 1 <= v <= MAX_CHUNKS, f"expected 1..{MAX_CHUNKS}"),
-    "of": _check(lambda v: v in ("hello", "reply"), 'expected "hello" or "reply"'),
-    "loadavg": _check(_loadavg_ok, "expected a list of at most 3 numbers"),
-    "digest": _check(_digest_ok, "expected [count, crc]"),
-    "best": _check(_best_ok, "expected [clock, hostname, pid]"),
-    "member": _check(_member_ok, "expected [hostname, pid]"),
-}
-
-
-def _kind_problem(kind: str, v: Any) -> str | None:
-    if kind == "revoked":
-        return _revoked_problem(v)
-    check = _CHECKS.get(kind)
-    return None if check is None else check(v)  # "any": the frame limit of the bus bounds it
-
-
 def _revoked_problem(v: Any) -> str | None:
     if not isinstance(v, dict) or len(v) > MAX_IDS:
         return f"expected an object {{task id: timestamp}} of at most {MAX_IDS} entries"
@@ -243,41 +210,49 @@ def _revoked_problem(v: Any) -> str | None:
     return None
 
 
-def _plan(
-    required: dict[str, str], optional: dict[str, str]
-) -> list[tuple[str, Callable[[Any], str | None], bool]]:
-    """Each field's check, looked up once: the head, then the type's fields (in that order,
-    so the first problem named is the same as field by field)."""
-    fields = [(_HEAD, True), (required, True), (optional, False)]
-    return [
-        (key, partial(_kind_problem, kind), must)
-        if kind == "revoked" or kind not in _CHECKS
-        else (key, _CHECKS[kind], must)
-        for group, must in fields
-        for key, kind in group.items()
-    ]
-
-
-_PLANS = {rk: _plan(required, optional) for rk, (required, optional) in SCHEMAS.items()}
+# kind -> check (monitors/message_fields.py): every message is checked field by field, and
+# each type's MessageFields looks its fields' checks up once, at import
+KINDS: dict[str, Check] = {
+    "int": check(_is_int, "expected an integer"),
+    "count": check(lambda v: _is_int(v) and v >= 0, "expected an integer >= 0"),
+    "num": check(_is_num, "expected a finite number"),
+    "pos": check(lambda v: _is_num(v) and v > 0, "expected a number > 0"),
+    "bool": check(lambda v: isinstance(v, bool), "expected true or false"),
+    "str": check(lambda v: isinstance(v, str), "expected a string"),
+    "text": check(lambda v: isinstance(v, str) and len(v) <= MAX_NAME, "expected a short string"),
+    "name": check(_name_ok, f"expected a non-empty string of <= {MAX_NAME} chars"),
+    "topic": check(lambda v: _name_ok(v, MAX_TOPIC), f"expected a topic of <= {MAX_TOPIC} chars"),
+    "names": check(_names_ok, f"expected a list of at most {MAX_LIST} node names"),
+    "chunks": check(lambda v: _is_int(v) and 1 <= v <= MAX_CHUNKS, f"expected 1..{MAX_CHUNKS}"),
+    "of": check(lambda v: v in ("hello", "reply"), 'expected "hello" or "reply"'),
+    "loadavg": check(_loadavg_ok, "expected a list of at most 3 numbers"),
+    "digest": check(_digest_ok, "expected [count, crc]"),
+    "best": check(_best_ok, "expected [clock, hostname, pid]"),
+    "member": check(_member_ok, "expected [hostname, pid]"),
+    "revoked": _revoked_problem,
+    "any": ANY,  # the frame limit of the bus bounds it
+}
+# the head, then the type's fields (in that order, so the first problem named is the same as
+# field by field)
+_FIELDS = {
+    rk: MessageFields(rk, KINDS, {**_HEAD, **required}, optional)
+    for rk, (required, optional) in SCHEMAS.items()
+}
 
 
 def problem(routing_key: str, body: Any) -> str | None:
     """What is wrong with `body` received under `routing_key`, or None if it is well formed."""
-    schema = SCHEMAS.get(routing_key)
-    if schema is None:
+    fields = _FIELDS.get(routing_key)
+    if fields is None:
         return f"unknown routing key {routing_key[:64]!r}"
-    if not isinstance(body, dict):
-        return f"expected a JSON object, got {type(body).__name__}"
+    bad = not_an_object(body)
+    if bad:
+        return bad
     if body.get("v") != VERSION:
         return f"unsupported version {str(body.get('v'))[:16]!r} (we speak {VERSION})"
-    for key, check, must in _PLANS[routing_key]:
-        if key not in body:
-            if must:
-                return f"{routing_key}: missing field {key!r}"
-            continue
-        bad = check(body[key])
-        if bad:
-            return f"{routing_key}: field {key!r}: {bad}"
+    bad = fields.problem(body)
+    if bad:
+        return bad
     if body["type"] != type_of(routing_key):
         return f"type {body['type'][:64]!r} sent under routing key {routing_key!r}"
     if ("best" in body) != ("best_topic" in body):

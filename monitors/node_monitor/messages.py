@@ -3,12 +3,15 @@
 Every message is a JSON object with a type `t` and the sender's creation `c` (so a message from
 an incarnation that has since restarted can be told apart and dropped). Bad input (unknown
 type, missing field, wrong type, oversized list) is described by `problem()`; the core logs it
-and drops the message, it never raises (docs/architecture.md, rule 4).
+and drops the message, it never raises (docs/architecture.md, rule 4). The fields are checked
+by the shared validator (monitors/message_fields.py) with this module's kinds (`KINDS`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from monitors.message_fields import Check, MessageFields, check, not_an_object
 
 # Every message a node monitor sends carries "v": VERSION. A message without "v" is read as
 # version 1: the monitors from before versioned messages sent none, and a rolling upgrade
@@ -80,61 +83,61 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _kind_problem(kind: str, value: Any) -> str | None:
-    if kind == "str":
-        if not isinstance(value, str) or not value or len(value) > MAX_NAME:
-            return f"expected a non-empty string of at most {MAX_NAME} characters"
-    elif kind == "int":
-        if not _is_int(value):
-            return "expected an integer"
-    elif kind == "int?":
-        if value is not None and not _is_int(value):
-            return "expected an integer or null"
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            return "expected true or false"
-    elif kind == "[str]":
-        if not isinstance(value, list) or len(value) > MAX_LIST:
-            return f"expected a list of at most {MAX_LIST} strings"
-        if not all(isinstance(v, str) and 0 < len(v) <= MAX_NAME for v in value):
-            return "expected a list of non-empty strings"
-    elif kind == "views" and (not isinstance(value, dict) or len(value) > MAX_LIST):
-        return f"expected an object of at most {MAX_LIST} views"
-    elif kind == "mode" and not (
-        (isinstance(value, str) and 0 < len(value) <= MAX_NAME)
-        or (isinstance(value, dict) and len(value) == 1)
-    ):
-        return "expected a partition_handling setting (a name, or one {mode: {...}} object)"
+def _str_list_problem(value: Any) -> str | None:
+    if not isinstance(value, list) or len(value) > MAX_LIST:
+        return f"expected a list of at most {MAX_LIST} strings"
+    if not all(isinstance(v, str) and 0 < len(v) <= MAX_NAME for v in value):
+        return "expected a list of non-empty strings"
     return None
+
+
+def _is_mode(value: Any) -> bool:
+    return (isinstance(value, str) and 0 < len(value) <= MAX_NAME) or (
+        isinstance(value, dict) and len(value) == 1
+    )
+
+
+# kind -> check (monitors/message_fields.py)
+KINDS: dict[str, Check] = {
+    "str": check(
+        lambda v: isinstance(v, str) and 0 < len(v) <= MAX_NAME,
+        f"expected a non-empty string of at most {MAX_NAME} characters",
+    ),
+    "int": check(_is_int, "expected an integer"),
+    "int?": check(lambda v: v is None or _is_int(v), "expected an integer or null"),
+    "bool": check(lambda v: isinstance(v, bool), "expected true or false"),
+    "[str]": _str_list_problem,
+    "views": check(
+        lambda v: isinstance(v, dict) and len(v) <= MAX_LIST,
+        f"expected an object of at most {MAX_LIST} views",
+    ),
+    "mode": check(
+        _is_mode, "expected a partition_handling setting (a name, or one {mode: {...}} object)"
+    ),
+}
+_FIELDS = {t: MessageFields(t, KINDS, schema, OPTIONAL.get(t)) for t, schema in SCHEMAS.items()}
 
 
 def problem(msg: Any) -> str | None:
     """What is wrong with `msg`, or None if it is a well-formed node monitor message."""
-    if not isinstance(msg, dict):
-        return f"expected a JSON object, got {type(msg).__name__}"
+    bad = not_an_object(msg)
+    if bad:
+        return bad
     if msg.get("v", VERSION) != VERSION:
         return f"unsupported message version {msg.get('v')!r} (expected {VERSION}, or none)"
     t = msg.get("t")
     if not isinstance(t, str):
         return "no message type (key 't')"
-    schema = SCHEMAS.get(t)
-    if schema is None:
+    fields = _FIELDS.get(t)
+    if fields is None:
         return f"unknown message type {t[:64]!r}"
     if "c" in msg and not _is_int(msg["c"]):
         return "c (the sender's creation) must be an integer"
     if "role" in msg and msg["role"] not in ROLES:
         return f"role (the sender's) must be one of {', '.join(ROLES)}"
-    for key, kind in schema.items():
-        if key not in msg:
-            return f"{t}: missing field {key!r}"
-        bad = _kind_problem(kind, msg[key])
-        if bad:
-            return f"{t}: field {key!r}: {bad}"
-    optional = OPTIONAL.get(t, {})
-    for key, kind in optional.items():
-        bad = _kind_problem(kind, msg[key]) if key in msg else None
-        if bad:
-            return f"{t}: field {key!r}: {bad}"
+    bad = fields.problem(msg)
+    if bad:
+        return bad
     if t == "keepalive" and any(k in msg for k in _PEER) and not all(k in msg for k in _PEER):
         return "keepalive: a peer record needs all of " + ", ".join(_PEER)
     return None

@@ -25,16 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monitors.core_timers import CoreTimers, Fired
-from monitors.dist import Message, NetKernel, NodeDown, NodeUp
+from monitors.core_shell import NodeCoreShell
+from monitors.dist import Message, NetKernel
 from monitors.effects import Log, Send, perform_all
 from monitors.node_monitor.config import PartitionHandling
 from monitors.node_monitor.core import NodeMonitorCore
 from monitors.node_monitor.effects import Notify, PauseApp, ResumeApp, SaveClusterStatus
 from monitors.node_monitor.ephemeral import ROLE_EPHEMERAL, ROLES, EphemeralMonitorCore
 from monitors.node_monitor.status import ClusterStatus, read_cluster_status, write_cluster_status
-from monitors.shell_effects import CONNECT_DONE, ShellEffects
-from supervisors import Process
+from monitors.shell_effects import ShellEffects
 
 log = logging.getLogger("monitors.node_monitor")
 MAX_STORE_EVENTS = 50  # the store's system events kept for the control API
@@ -69,7 +68,7 @@ _MEMBERSHIP: dict[str, Any] = {
 }
 
 
-class NodeMonitor(Process):
+class NodeMonitor(NodeCoreShell[NodeMonitorCore | EphemeralMonitorCore]):
     """One node's monitor (rabbit_node_monitor). Start it after the node's NetKernel.
 
     `kernel` is the NetKernel (or its ref). The cluster status comes from `data_dir` when the
@@ -106,13 +105,11 @@ class NodeMonitor(Process):
         self._initial_nodes = tuple(initial_nodes)
         self._app = app
         self._core_options = core_options
-        self._timers = CoreTimers(self)
         self._subscribers: dict[str, Any] = {}
-        self._effects: ShellEffects | None = None  # the common effects (on_start)
         self._store_events: list[dict[str, Any]] = []
         self._app_jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._app_thread: threading.Thread | None = None
-        self.core: NodeMonitorCore | EphemeralMonitorCore | None = None
+        self.route(_AppDone, self._on_app_done)
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -153,13 +150,9 @@ class NodeMonitor(Process):
             kernel=self.kernel,
             before_connect=self._before_connect if self.role == ROLE_EPHEMERAL else None,
         )
-        self.kernel.register(NodeMonitorCore.NAME, self.actor_ref)
-        self.kernel.monitor_nodes(self.actor_ref)
+        self.attach(NodeMonitorCore.NAME)
         self._perform(self.core.start(time.monotonic()))
-        for peer in self.kernel.nodes():  # already connected before we subscribed
-            creation = self.kernel.peer_creation(peer)
-            if creation is not None:
-                self._perform(self.core.nodeup(peer, creation, time.monotonic()))
+        self.replay_nodeups()
 
     def on_stop(self) -> None:
         if isinstance(self.core, EphemeralMonitorCore):  # a graceful stop is a leave
@@ -181,11 +174,7 @@ class NodeMonitor(Process):
     def _shutdown(self) -> None:
         self._timers.clear()  # the timers themselves end with the process (send_after)
         self._app_jobs.put(None)
-        kernel = getattr(self, "kernel", None)
-        if kernel is not None:
-            with contextlib.suppress(Exception):
-                kernel.demonitor_nodes(self.actor_ref)
-                kernel.unregister(NodeMonitorCore.NAME)
+        self.detach(NodeMonitorCore.NAME)
 
     # ---------------------------------------------------------------------- the API
 
@@ -261,31 +250,18 @@ class NodeMonitor(Process):
 
     # ---------------------------------------------------------------------- events
 
-    def on_receive(self, message: Any) -> Any:
-        core = self.core
-        assert core is not None
-        now = time.monotonic()
-        if isinstance(message, Message):
-            query = message.msg.get("t") if isinstance(message.msg, dict) else None
-            if query in _MEMBERSHIP:
-                return _MEMBERSHIP[query](self, message.msg)
-            self._perform(core.receive(message.node, message.msg, now))
-        elif isinstance(message, NodeUp):
-            self._perform(core.nodeup(message.node, message.creation, now))
-        elif isinstance(message, NodeDown):
-            self._common_effects().connect_over(message.node)
-            self._perform(core.nodedown(message.node, message.reason, now))
-        elif isinstance(message, Fired):
-            if self._timers.fired(message):
-                self._perform(core.timer(message.key, now, message.data))
-        elif isinstance(message, _AppDone):
-            effects = core.app_started(now) if message.started else core.app_stopped(now)
-            self._perform(effects)
-        elif isinstance(message, tuple) and message and message[0] == CONNECT_DONE:
-            self._common_effects().connect_over(message[1])
-        else:
-            return super().on_receive(message)
-        return None
+    # The incoming half is NodeCoreShell's (monitors/core_shell.py): NodeUp, NodeDown, timers,
+    # connect attempts, and messages to NodeMonitorCore.NAME, two of which are not the core's.
+
+    def on_message(self, message: Message, now: float) -> Any:
+        query = message.msg.get("t") if isinstance(message.msg, dict) else None
+        if query in _MEMBERSHIP:
+            return _MEMBERSHIP[query](self, message.msg)
+        return super().on_message(message, now)
+
+    def _on_app_done(self, message: _AppDone, now: float) -> None:
+        core = self._core()
+        self._perform(core.app_started(now) if message.started else core.app_stopped(now))
 
     # ---------------------------------------------------------------------- membership
     # Two requests of `rabbitry cluster join` that are not part of the monitor's protocol: the
@@ -344,10 +320,6 @@ class NodeMonitor(Process):
 
     def _perform(self, effects: Iterable[Any]) -> None:
         perform_all(effects, self._perform_one, log, "node monitor")
-
-    def _common_effects(self) -> ShellEffects:
-        assert self._effects is not None, "the node monitor has not started"
-        return self._effects
 
     def _perform_one(self, effect: Any) -> None:
         if self._common_effects().perform(effect):

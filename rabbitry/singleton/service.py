@@ -21,8 +21,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from monitors.core_timers import CoreTimers, Fired
-from monitors.dist import Message, NetKernel
+from monitors.core_shell import DistCoreShell
+from monitors.dist import NetKernel
 from monitors.durable_files import atomic_write
 from monitors.shell_effects import ShellEffects
 from rabbitry.singleton import leases
@@ -35,7 +35,6 @@ from rabbitry.singleton.effects import (
     StartInstance,
     StopInstance,
 )
-from supervisors import Process
 
 log = logging.getLogger("rabbitry.singleton")
 
@@ -59,7 +58,7 @@ def read_tokens(data_dir: Path) -> tuple[int, float] | None:
         return 1 << 40, 60.0
 
 
-class SingletonService(Process):
+class SingletonService(DistCoreShell[SingletonCore]):
     """One node's singleton shell (see the module docstring)."""
 
     def __init__(
@@ -71,13 +70,10 @@ class SingletonService(Process):
         self.data_dir = Path(data_dir)
         self._lease = lease
         self._role = role
-        self._timers = CoreTimers(self)
-        self._effects: ShellEffects | None = None
         self._guards: dict[str, Any] = {}
         self._globals: dict[str, Any] = {}  # key -> the registered process (global names)
         self._queries: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
-        self.core: SingletonCore | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -94,7 +90,7 @@ class SingletonService(Process):
             members=status.get("all", []),
         )
         self._effects = ShellEffects(self, self._timers, log, "singleton", kernel=self.kernel)
-        self.kernel.register(SingletonCore.NAME, self.actor_ref)
+        self.attach(SingletonCore.NAME)
         with contextlib.suppress(Exception):
             self._monitor.proxy().subscribe(self.actor_ref)
         now = time.monotonic()
@@ -114,8 +110,7 @@ class SingletonService(Process):
         for future in self._queries.values():
             with contextlib.suppress(Exception):
                 future.set_result(None)
-        with contextlib.suppress(Exception):
-            self.kernel.unregister(SingletonCore.NAME)
+        self.detach(SingletonCore.NAME)
         with contextlib.suppress(Exception):
             self._monitor.proxy().unsubscribe(self.actor_ref)
 
@@ -215,22 +210,17 @@ class SingletonService(Process):
 
     # ------------------------------------------------------------------ events
 
-    def on_receive(self, message: Any) -> Any:
-        core = self.core
-        assert core is not None
-        now = time.monotonic()
-        if isinstance(message, Message):
-            self._perform(core.receive(message.node, message.msg, now))
-        elif isinstance(message, Fired):
-            if self._timers.fired(message):
-                self._perform(core.timer(message.key, now, message.data))
-        elif message == "refresh":
+    # The incoming half is DistCoreShell's (monitors/core_shell.py): messages to
+    # SingletonCore.NAME and timers; the members come from the node monitor (not NodeUp).
+
+    def on_other(self, message: Any, now: float) -> Any:
+        if message == "refresh":
             self._refresh()
             self.send_after(REFRESH, "refresh")
         elif type(message).__name__ == "NodeEvent":
             self._refresh()
         else:
-            return super().on_receive(message)
+            return super().on_other(message, now)
         return None
 
     def _status(self) -> dict[str, Any]:

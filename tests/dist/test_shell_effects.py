@@ -10,7 +10,7 @@ import pytest
 from monitors.core_timers import CoreTimers, Fired
 from monitors.dist import Message
 from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
-from monitors.shell_effects import CONNECT_DONE, ShellEffects
+from monitors.shell_effects import ConnectDone, ShellEffects
 from tests.dist.helpers import Probe, mesh, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -18,7 +18,7 @@ log = logging.getLogger("tests.shell_effects")
 
 
 def _effects(probe: Probe, **options: Any) -> ShellEffects:
-    """ShellEffects owned by the probe's process (timers and CONNECT_DONE go to it)."""
+    """ShellEffects owned by the probe's process (timers and ConnectDone go to it)."""
     return probe.run(lambda p: ShellEffects(p, CoreTimers(p), log, "test shell", **options))
 
 
@@ -29,7 +29,7 @@ def test_send_connect_and_disconnect_go_through_the_kernel(make_kernel) -> None:
     b.register("inbox", inbox.ref)
     effects = _effects(owner, kernel=a)
     assert owner.run(lambda p: effects.perform(Connect(b.node)))
-    owner.wait_for(lambda m: m == (CONNECT_DONE, b.node), "the connect attempt to end")
+    owner.wait_for(lambda m: m == ConnectDone(b.node), "the connect attempt to end")
     assert b.node in a.nodes()
     owner.run(lambda p: effects.connect_over(b.node))
     assert owner.run(lambda p: effects.perform(Send(b.node, "inbox", {"n": 1})))

@@ -31,6 +31,7 @@ from failover.server_core import (
     TIMER_CLIENTS,
     TIMER_RECONFIGURE,
     TIMER_WATCH,
+    TIMERS,
     ConfigurationServerCore,
 )
 
@@ -1021,3 +1022,12 @@ def test_a_bus_still_connecting_at_start_is_no_outage() -> None:
     assert [e.text for e in rig.core.bus_up(rig.now) if isinstance(e, Log)] == [
         "RCS: bus reconnected"
     ]
+
+
+def test_the_routing_tables_cover_every_client_message_and_timer() -> None:
+    """The facade routes by explicit tables (failover/server_core.py): a client message type
+    without a route would raise KeyError on valid input, and a timer no route names would be
+    set and never acted on."""
+    core = Rig().core
+    assert set(core._client_routes) == m.CLIENT_MESSAGES
+    assert {key for key, _phase in core._timer_routes} == set(TIMERS)

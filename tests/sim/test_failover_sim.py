@@ -25,6 +25,9 @@ import pytest
 
 from failover import client_core, server_core
 from failover import messages as m
+from failover.rcs.census import Census
+from failover.rcs.round import Round
+from failover.rcs.terms import Terms
 from tests.sim.failover import (
     KINDS,
     LATER_KINDS,
@@ -291,7 +294,7 @@ def _rcc_no_check(self: Any, request_id: int, infos: Any, now: float) -> Any:
 
 
 def _no_standdown(self: Any, tok: m.Token, who: str, now: float) -> list[Any]:
-    self.max_heard = max(self.max_heard, tok)
+    self.s.max_heard = max(self.s.max_heard, tok)
     return []
 
 
@@ -302,15 +305,16 @@ C, S = client_core.ConfigurationClientCore, server_core.ConfigurationServerCore
 MUTANTS = [
     ("clients do not check the master", [(C, "redis_info", _rcc_no_check)], (3, 3, 2),
      "no_invalidation_while_master_visible"),
-    ("switch after the pongs", [(S, "_invalidate", lambda self, now: self._switch(now))],
+    ("switch after the pongs", [(Round, "invalidate", lambda self, now: self.switch.start(now))],
      (0, 3, 2), "all_invalidated"),
-    ("switch when the round times out", [(S, "_cancel_round", lambda self, now: self._switch(now))],
+    ("switch when the round times out",
+     [(Round, "timed_out", lambda self, now: self.switch.start(now))],
      (3, 3, 2), "all_invalidated"),
-    ("no census at activation", [(S, "_census", lambda self, now: self._detect(now))],
+    ("no census at activation", [(Census, "census", lambda self, now: self.s.detect(now))],
      (6, 2, 3), "all_invalidated"),
     ("no term confirmation before demoting", [(S, "term_confirmed", lambda self, now: True)],
      (4, 2, 2), "files_name_masters"),
-    ("no terms", [(C, "receive", _rcc_any_token), (S, "_heard", _no_standdown)], (67, 3, 3),
+    ("no terms", [(C, "receive", _rcc_any_token), (Terms, "hear", _no_standdown)], (67, 3, 3),
      "one_master_in_files"),
 ]  # fmt: skip
 
