@@ -141,9 +141,11 @@ def see_our_packages(venv: Path) -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for a test's redis-server: from the test port range, where no worker's bind(0)
+    or outgoing connection can take it before the server listens (rabbitry.testing.cluster)."""
+    from rabbitry.testing.cluster import free_ports
+
+    return free_ports(1)[0]
 
 
 @dataclass

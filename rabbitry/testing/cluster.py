@@ -26,6 +26,7 @@ is the same. It needs root, `ip` and `iptables`, and says why in one line when i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import http.client
 import itertools
@@ -119,15 +120,54 @@ def node_name(index: int) -> str:
     return f"{chr(ord('a') + index)}@{HOST}"
 
 
+# Test ports come from below Linux's ephemeral range (ip_local_port_range, 32768-60999 by
+# default): a port that bind(0) handed out and the test released before its node listened
+# could be taken meanwhile by any outgoing connection on the machine (a dist link, a Redis
+# client) or by another pytest worker's bind(0), and the node then failed with "address in
+# use". Here, every process hands out ports from one counter kept under a file lock, so two
+# workers never get the same port, and the kernel never gives these to a connection.
+PORT_RANGE = (20000, 32000)
+_PORT_STATE = Path(os.environ.get("RABBITRY_TEST_PORTS", "/tmp/rabbitry-test-ports"))
+
+
+def _bindable(sock: socket.socket, port: int) -> bool:
+    try:
+        sock.bind((HOST, port))
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def reserved_ports(n: int) -> Iterator[list[int]]:
     """n distinct free ports on 127.0.0.1, held (bound, not listening) inside the block, so
-    that nothing else binding port 0 meanwhile (a proxy) can take one; free after it."""
-    sockets = [socket.socket() for _ in range(n)]
+    that nothing else binding meanwhile (a proxy) can take one; free after it. Taken in turn
+    from PORT_RANGE under a lock shared by every process on the machine (see above)."""
+    low, high = PORT_RANGE
+    sockets: list[socket.socket] = []
     try:
-        for sock in sockets:
-            sock.bind((HOST, 0))
-        yield [sock.getsockname()[1] for sock in sockets]
+        with open(_PORT_STATE.with_suffix(".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                text = _PORT_STATE.read_text().strip() if _PORT_STATE.exists() else ""
+                port = int(text) if text.isdigit() and low <= int(text) < high else low
+                ports: list[int] = []
+                for _ in range(high - low):
+                    if len(ports) == n:
+                        break
+                    sock = socket.socket()
+                    if _bindable(sock, port):
+                        sockets.append(sock)
+                        ports.append(port)
+                    else:
+                        sock.close()
+                    port = low if port + 1 >= high else port + 1
+                _PORT_STATE.write_text(f"{port}\n")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        if len(ports) < n:
+            raise RuntimeError(f"only {len(ports)} of {n} ports free in {low}-{high} on {HOST}")
+        yield ports
     finally:
         for sock in sockets:
             sock.close()

@@ -18,6 +18,7 @@ import pytest
 
 from monitors.bus import BusUnavailable
 from monitors.bus.urls import parse_bus_url
+from rabbitry.testing.cluster import free_ports
 from rabbitry.tls_gen import generate
 from tests.bus.conftest import Inbox
 from tests.services import require_amqp
@@ -38,9 +39,7 @@ def _candidates() -> list[str]:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]  # race-free across workers (rabbitry.testing.cluster)
 
 
 @pytest.fixture(scope="module")

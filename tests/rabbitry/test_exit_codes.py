@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rabbitry.testing.cluster import free_ports
+
 COOKIE = b"exit-code-test-cookie-0123456789"
 
 
@@ -28,9 +30,7 @@ def taken() -> Iterator[int]:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]  # race-free across workers (rabbitry.testing.cluster)
 
 
 def _start(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from rabbitry.cli import main
 from rabbitry.control import ControlClient
+from rabbitry.testing.cluster import free_ports
 from rabbitry.testing.launcher import Launcher, NodeSpec, OsNode
 
 pytestmark = pytest.mark.slow
@@ -27,14 +27,7 @@ NAMES = ("a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1")
 
 
 def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    return free_ports(n)  # race-free across workers (rabbitry.testing.cluster)
 
 
 class Cluster:

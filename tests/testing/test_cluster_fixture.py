@@ -145,3 +145,29 @@ def test_teardown_leaves_no_process_port_or_proxy(tmp_path: Path) -> None:
     else:  # an external server: our proxies are gone from it
         names = set(api.request("GET", "/proxies"))
         assert not names & {c.proxy_name(x, y) for (x, y) in c.proxies}
+
+
+def test_test_ports_are_handed_out_once_across_processes_and_below_the_ephemeral_range(
+    tmp_path: Path,
+) -> None:
+    """Two pytest workers starting clusters at once must never get the same port, and no
+    outgoing connection may take one before its node listens (the kernel's ephemeral range
+    starts at 32768): four processes take 50 ports each at the same moment."""
+    import subprocess
+    import sys
+
+    from rabbitry.testing.cluster import PORT_RANGE
+
+    code = (
+        "import json; from rabbitry.testing.cluster import free_ports; "
+        "print(json.dumps(free_ports(50)))"
+    )
+    env = {**os.environ, "RABBITRY_TEST_PORTS": str(tmp_path / "ports")}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
+        for _ in range(4)
+    ]
+    taken = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    flat = [port for ports in taken for port in ports]
+    assert len(flat) == len(set(flat)) == 200
+    assert all(PORT_RANGE[0] <= port < PORT_RANGE[1] for port in flat)
