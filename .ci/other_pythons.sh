@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Pythons a newcomer may have, besides the 3.11 that .ci/run tests: for each of 3.12 and
 # 3.13 found on this machine (python3.X on PATH, else pyenv's), a venv of its own with
-# `pip install -e '.[test]'`, then the suites that need no Spark. A missing interpreter is
+# `pip install -e '.[test,demo]'`, then the suites that need neither Spark nor a cluster of
+# node processes (below). A missing interpreter is
 # skipped, saying so. With RABBITRY_CI_DEMO=1, `rabbitry demo --quick` also runs once on 3.13
 # (it installs '.[all]' there: pip resolves `pyspark>=3.5,<5` to the newest, 4.3.0 today, on
 # 3.11, 3.12 and 3.13 alike; Java 17+ needed).
@@ -45,7 +46,7 @@ for version in 3.12 3.13; do
   venv="$venvs/py$version"
   echo "ci: Python $version ($python) in $venv"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  extras=test
+  extras=test,demo  # the timeline plot tests need matplotlib
   if [ "$version" = 3.13 ] && [ "${RABBITRY_CI_DEMO:-0}" = 1 ]; then extras=all; fi
   "$venv/bin/python" -m pip install -q -e ".[$extras]"
   # The venv's python by its path, never activated, as a newcomer's cron or pipx would.
