@@ -22,12 +22,14 @@ Decisions worth knowing before reading the code:
     again with a running member it reaches: it restarts with the side it was on.
   Its application is held at boot until that holds, in every mode: a fresh executor must not
   run before it knows it is on the side that runs.
-- The core's size is the union of the member lists core members sent (the seeds before any
-  came), less the members that every other member's list omits. Larger is the safe side of
-  a majority: one member's list never drops another member (a core node that ran
-  `rabbitry cluster leave` lists itself alone, and must not shrink the core to itself); a
-  member goes when the others agree it left (their lists omit it), and the lists of members
-  that went count no more. An executor attached to a member that left moves to the rest.
+- The core's size is the union of its seeds and the member lists core members sent, less
+  the members the others agree are gone: every other current member that sent a
+  list omits it, and at least two do (one, if it has only one other). Larger is the safe
+  side of a majority: one member's list never drops another member (a core node that ran
+  `rabbitry cluster leave` lists itself alone, and must not shrink the core to itself; nor
+  may the first list to reach a fresh executor), a member that one current list still
+  names stays, and the lists of members that went count no more. An executor attached to a
+  member that left moves to the rest.
 - It runs the core's partition handling, not its own: core records carry the core's mode
   (`mode`), and a different local setting is logged once (DESIGN).
 - It never writes the cluster files: it has no membership of its own to keep. Leaving (or a
@@ -63,20 +65,30 @@ ROLES = (ROLE_CORE, ROLE_EPHEMERAL)
 
 
 def core_from_lists(lists: dict[str, frozenset[str]], seeds: set[str]) -> set[str]:
-    """The core from the member lists core members sent: their union (the seeds before any
-    came), then, until nothing changes, drop a member that every list of another current
-    member omits (with at least one such list). One member's list thus never drops another
-    member, and the lists of members that left stop counting."""
-    core = set().union(*lists.values()) if lists else set(seeds)
-    changed = True
-    while changed:
-        changed = False
-        for member in sorted(core):
-            others = [listed for sender, listed in lists.items() if sender in core - {member}]
-            if others and all(member not in listed for listed in others):
-                core.discard(member)
-                changed = True
-    return core
+    """The core from the seeds and the member lists core members sent: their union (a seed
+    is a member until the core agrees it is not: the first list to reach a fresh executor may
+    come from a node that left), then, until nothing changes, drop the members the others
+    agree are gone: every other current member that sent a list omits it, and at least two
+    such lists do (one if it has a single other member). One member's list thus never drops
+    another member, nor do the first lists to reach a fresh executor while the others are
+    still silent, and the lists of members that went count no more. A round drops every
+    member it finds at once (no name goes first), and never the whole core: lists that each
+    name only their sender (one member left, the other forgot it) say nothing of which of
+    them is the cluster."""
+    core = set(seeds).union(*lists.values())
+    while True:
+        gone = {m for m in core if _agreed_gone(m, core, lists)}
+        if not gone or gone == core:
+            return core
+        core -= gone
+
+
+def _agreed_gone(member: str, core: set[str], lists: dict[str, frozenset[str]]) -> bool:
+    others = core - {member}
+    said = [lists[o] for o in others if o in lists]
+    if any(member in listed for listed in said):
+        return False
+    return len(said) >= min(2, len(others)) > 0
 
 
 class EphemeralMonitorCore:

@@ -121,6 +121,11 @@ class MonitorState:
         self._saved: tuple[tuple[str, ...], ...] | None = None
         self._started = False
         self._want_autoheal = False
+        # Members not yet known to have heard that we joined (we were the joining node): they
+        # are told again on their nodeup, until their node_up shows they count us (a member
+        # sends node_up to members only). A join reaches the members connected at that moment
+        # only, and the joining node usually is connected to the one it joined through.
+        self._joining: set[str] = set()
         self.autoheal = ah.Autoheal(timeout=autoheal_timeout, status_timeout=status_timeout)
         self._init_ephemeral(forget_ephemeral_after)
 
@@ -204,8 +209,15 @@ class MonitorState:
             out.append(Connect(node))
         return out
 
+    def _tell_joined(self, node: str) -> list[NodeMonitorEffect]:
+        """joined_cluster again, to a member not yet known to have heard it (_joining)."""
+        if node not in self._joining:
+            return []
+        return [self._send(node, "joined_cluster", node=self.node, disc=self.node in self._disc)]
+
     def _remove_member(self, node: str) -> list[NodeMonitorEffect]:
         out: list[NodeMonitorEffect] = [Log.info("node left the cluster", node=node)]
+        self._joining.discard(node)
         out += self._gone(node, record=False)
         for s in (self._all, self._disc, self._running, self._partitions, self._cut):
             s.discard(node)
