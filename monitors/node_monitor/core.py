@@ -396,7 +396,7 @@ class NodeMonitorCore(MonitorState):
         out: list[NodeMonitorEffect] = []
         if node == self.node:
             self._set_disc(node, disc)
-            self._joining = self._others()  # told again on nodeup until they greet us
+            self._joining, self._left_from = self._others(), set()  # see state.py
             out += self._broadcast("joined_cluster", node=node, disc=disc)
         else:
             out += self._add_member(node, disc)
@@ -407,6 +407,7 @@ class NodeMonitorCore(MonitorState):
         for this node itself, it resets to a cluster of one, as RabbitMQ's reset does."""
         out = self._broadcast("left_cluster", node=node, skip=node)
         if node == self.node:
+            self._left_from = self._others()  # what its ephemeral members are told (members.py)
             for n in sorted(self._all - {self.node}):
                 out += self._remove_member(n)
             out.append(Log.info("left the cluster: now a cluster of one"))

@@ -138,6 +138,10 @@ class MonitorState:
         self._eph_misnamed: set[str] = set()  # members that said they are ephemeral
         self._dropped_told: set[tuple[str, str]] = set()  # (sender, what) logged once
         self._modes: dict[str, Any] = {}  # member -> the partition_handling its records say
+        # The members this node left (`rabbitry cluster leave`), until it joins again: its
+        # records to ephemeral members say so (`left`), so that they move to those members
+        # instead of staying with a node outside their cluster. Not kept across a restart.
+        self._left_from: set[str] = set()
 
     def _others(self) -> set[str]:
         return self._all - {self.node}

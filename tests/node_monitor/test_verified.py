@@ -7,11 +7,11 @@ core on one member's word, and it follows the core's partition mode.
 
 from __future__ import annotations
 
-from monitors.effects import Log
+from monitors.effects import Connect, Log
 from monitors.node_monitor import PartitionHandling, PauseApp, ResumeApp
 from monitors.node_monitor.ephemeral import core_from_lists
 from tests.node_monitor.helpers import CREATION, A, B, C, D, connect, core, of, peer, sends
-from tests.node_monitor.test_ephemeral import X, attached, core_record, eph, up
+from tests.node_monitor.test_ephemeral import X, attached, core_record, eph, eph_record, up
 
 
 def warnings(out: list) -> list[Log]:
@@ -150,6 +150,41 @@ def test_an_executor_cut_off_stays_paused_when_a_core_member_leaves_then_moves()
     out = e.nodeup(B, CREATION[B], 3.0) + e.receive(B, core_record(B, members=(B, C)), 3.0)
     out += e.nodeup(C, CREATION[C], 3.0) + e.receive(C, core_record(C, members=(B, C)), 3.0)
     assert e.core_members() == {B, C} and not e.paused and of(out, ResumeApp)
+
+
+def test_a_member_that_left_says_so_and_its_executors_move_to_the_rest() -> None:
+    """Found by tests/sim/adversarial.py: A left and stays up as a cluster of one; an executor
+    that reaches A and B, cut off from C (whose last list still names A), counted A and ran
+    with 2 of 3 while the core is B and C. A's records say whom it left: its own word."""
+    a = core(A, members=(A, B, C))
+    a.start(0.0)
+    connect(a, B, C)
+    a.nodeup(X, CREATION[X], 1.0)
+    a.receive(X, eph_record(), 1.0)
+    out = a.left_cluster(A, 2.0)
+    told = sends(out, "announce", X)[0].msg
+    assert told["members"] == [A] and told["left"] == [B, C]
+    e = eph()
+    up(e, A, B, C)
+    e.nodedown(C, "net_tick_timeout", 1.5)
+    out = e.receive(A, {**core_record(A, members=(A,)), "left": [B, C]}, 2.0)
+    assert e.core_members() == {B, C} and e.paused and of(out, PauseApp)  # 1 of 2 reached
+    fresh = eph(seeds=(A,))  # seeded with A alone: it learns where the rest is
+    up(fresh, A)
+    out = fresh.receive(A, {**core_record(A, members=(A,)), "left": [B, C]}, 2.0)
+    assert fresh.core_members() == {B, C} and fresh.paused
+    assert {x.node for x in of(out, Connect)} == {B, C}
+
+
+def test_a_newer_list_that_omits_a_member_does_not_make_it_unheard_of() -> None:
+    """Found by tests/sim/adversarial.py: an executor knew C only from B's list; a forged B
+    list naming only B replaced it, C vanished from the union, and one word had shrunk the
+    core."""
+    e = eph(seeds=(B,))
+    up(e, B)
+    assert e.core_members() == {A, B, C}
+    e.receive(B, core_record(B, members=(B,)), 1.0)
+    assert e.core_members() == {A, B, C}
 
 
 def test_an_executor_follows_the_cores_partition_mode_and_says_so_once() -> None:
