@@ -46,10 +46,13 @@ compared too: a decision taken later is a changed decision.)
 One core-to-core message exists only because of executors: ephemeral_left (a core node tells
 the others that an executor left). On a real link it counts as a tick and keeps its place in
 the TCP stream, so it can move the instant a core node notices a peer down by up to one tick
-interval (net_ticktime/4) and hold back a core frame by one latency: timing, not a decision
-rule. Here it travels as side traffic (Network.side_traffic: no tick, no place in the
-connection's order), so that the comparison can be exact; it is still delivered, and the
-decision pass it runs on the receiving core node is compared like any other.
+interval (net_ticktime/4) and hold back a core frame by one latency; and sent to a peer whose
+link has just gone (before the core has its nodedown), it makes the dist layer connect, up
+to a ping interval before the core's own ping would. Timing, not a decision rule (the sweep
+found all three). Here it travels as side traffic (Network.side_traffic: no tick, no place
+in the connection's order, no connect of its own), so that the comparison can be exact; it
+is still delivered over a live link, and the decision pass it runs on the receiving core
+node is compared like any other.
 
 Not covered: the dist handshake itself (a duplicate of a live, answering node never gets a
 link, so nothing of it reaches a core: tests/dist/test_name_check.py and the real-process

@@ -14,8 +14,9 @@
   `grace` + 0.5 s (after it thaws, if it is frozen), unless it dies first. It then starts
   again with a running member it reaches (`follows` checks that part).
 - impostor_not_counted: while an impostor (an ephemeral process under a core member's name)
-  holds a link to a core node, that node does not count the member as connected for longer
-  than `tolerance` (its first message says role ephemeral: the role is a fact).
+  holds a link to a core node, that node (unless frozen) does not count the member as
+  connected over that link for longer than `tolerance` (its first message says role
+  ephemeral: the role is a fact).
 - same_decisions: adversarial.py runs the schedule's core-only projection and compares.
 
 The ground truth follows the membership ops (`AdvKind.truth`) and leaves an impostor out: while
@@ -85,10 +86,13 @@ class AdvInvariants(eph.EphemeralInvariants):
     def _impostor_not_counted(self, now: float) -> None:
         current: dict[tuple[str, str], float] = {}
         for c in sorted(self.kind.impostors):
+            impostor = self.sim.nodes[c].creation  # its link, not one of the dead member's
             for a in self.members:
                 node = self.sim.nodes[a]
-                core = node.cores.get(self.core_name) if node.alive else None
-                if not isinstance(core, NodeMonitorCore) or c not in core._connected():
+                core = node.cores.get(self.core_name) if node.alive and not node.frozen else None
+                if not isinstance(core, NodeMonitorCore) or core._up.get(c) != impostor:
+                    continue
+                if c not in core._connected():
                     continue
                 since = current[(a, c)] = self.counted_since.get((a, c), now)
                 if now > since + self.tolerance:

@@ -271,11 +271,14 @@ def forge(sim: Sim, kind: AdvKind, op: Op) -> None:
     if op.action == "shrunk_list":
         if sender not in getattr(core, "_up", {}):
             return  # the executor hears only from a link it has
-        if kind.shrinks or sender not in kind.truth:
+        truth = set(kind.truth)
+        short = [s for s, listed in core._lists.items() if s != sender and not truth <= listed]
+        if kind.shrinks or sender not in truth or short:
             # Not one word then: a list an executor holds stays until its sender's next one,
-            # and once the core is down to two the other member's list is all there is to
-            # agree with; the list of a node that left (it names only itself) is a word of
-            # its own, and two words may drop a member by design (core_from_lists).
+            # so an earlier forgery (or a stale list) would be a second word, and once the core
+            # is down to two the other member's list is all there is to agree with; the list of
+            # a node that left (it names only itself) is a word of its own. Two words may drop
+            # a member by design (core_from_lists).
             return _skip(sim, op, "it would not be one member's word")
         msg = {
             "t": "announce",

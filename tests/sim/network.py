@@ -24,7 +24,8 @@ What it models, and why each part is there:
 - `Network.connect_timeouts` gives chosen node pairs a connect_timeout of their own (see
   NetConfig.connect_timeout), the others keep the NetConfig's.
 - `Network.side_traffic(name, msg)`: a message it says yes to is side traffic: it takes no
-  place in its connection's order and does not count as a tick (an adversarial driver's
+  place in its connection's order, does not count as a tick and starts no handshake (it is
+  dropped if there is no connection or handshake under way) (an adversarial driver's
   executor-caused core messages: see tests/sim/adversarial.py for why).
 - `Network.refused_names`: every handshake from or to such a name is refused, as the dist
   layer refuses a process whose name or role conflicts with the cluster's (monitors/dist):
@@ -386,7 +387,9 @@ class Network:
             self._transmit(conn, snode.name, dst, _MSG, (name, msg))
             return
         key = (snode.name, dst) if snode.name < dst else (dst, snode.name)
-        p = self._live_pending(key) or self._start_handshake(snode, dst)
+        p = self._live_pending(key)
+        if p is None and not (self.side_traffic is not None and self.side_traffic(name, msg)):
+            p = self._start_handshake(snode, dst)
         if p is None:
             self.sim.trace.append((self.sim.now, snode.name, "lost", (dst, msg)))
             return
