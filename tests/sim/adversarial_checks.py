@@ -4,7 +4,8 @@
 - core_mode: an executor that has heard from a core member runs the core's mode.
 - never_shrunk: an executor that has a member list from a current core member counts every
   current member it has heard of (in a list or its seeds): it drops a member only when that
-  member left or was forgotten, never on one member's word (a shrunk list, an impostor).
+  member left or was forgotten, never on one member's word (a forged shrunk list, the list
+  of a node that left, the first list to reach it).
 - not_forgotten_by_forgery: a live executor is never forgotten on a stale or forged leave
   (checked where the forgery lands, adversarial_ops.forge).
 - moves (at the end, with liveness): every executor still meant to be there counts exactly

@@ -155,9 +155,10 @@ def _usable(node: SimNode) -> bool:
 
 
 def _reaches(sim: Sim, kind: AdvKind, name: str, others: list[str]) -> bool:
-    """`name` is up and connected (for its core too) to each of `others`."""
+    """`name` is up and connected (for its core too) to each of `others`, each of them the
+    real member (a name an impostor holds is a member down, however its link looks)."""
     node = sim.nodes[name]
-    if not _usable(node):
+    if not _usable(node) or set(others) & set(kind.impostors):
         return False
     up = node.cores[kind.name]._connected()
     return all(o in up and sim.net.healthy(name, o) for o in others)
