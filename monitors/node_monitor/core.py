@@ -240,6 +240,7 @@ class NodeMonitorCore(MonitorState):
         # A node we had cut that reconnects stays in _cut until its view is in: _review_cuts
         # then keeps the link or cuts it again (it may have missed our disconnect request).
         out += self._refresh_view(skip=node)
+        out += self._tell_joined(node)  # first, so that it takes our node_up as a member's
         out.append(self._send(node, "node_up", **self._peer_record(node)))
         out.append(self._send(node, "view", views=self._views.wire()))
         return out + self._settle(now)
@@ -280,7 +281,7 @@ class NodeMonitorCore(MonitorState):
                 # otherwise cost a whole-cluster pass on every core node (issue 26).
                 return self.members.on_ephemeral(sender, msg, now)
             if msg.get("role") == ROLE_EPHEMERAL:
-                return self.members.misnamed(sender)
+                return self._not_the_member(sender, now)
         joining = t == "joined_cluster" and msg["node"] == sender
         if sender == self.node or (sender not in self._all and not joining):
             return [
@@ -305,6 +306,14 @@ class NodeMonitorCore(MonitorState):
             return [*out, Log.warning("node monitor: dropped a message of no use", t=t)]
         out += handler(sender, msg, now)
         return out + self._settle(now)
+
+    def _not_the_member(self, sender: str, now: float) -> list[NodeMonitorEffect]:
+        """A member's name speaks as ephemeral: this link is not that member (a role flip the
+        dist layer let through). Logged once; the member counts as down until the next nodeup."""
+        out = self.members.misnamed(sender)
+        if self._up.pop(sender, None) is None:
+            return out
+        return out + self._forget_incarnation(sender) + self._settle(now)
 
     def timer(self, key: str, now: float, data: Any = None) -> list[NodeMonitorEffect]:
         """A SetTimer fired."""
@@ -387,6 +396,7 @@ class NodeMonitorCore(MonitorState):
         out: list[NodeMonitorEffect] = []
         if node == self.node:
             self._set_disc(node, disc)
+            self._joining, self._left_from = self._others(), set()  # see state.py
             out += self._broadcast("joined_cluster", node=node, disc=disc)
         else:
             out += self._add_member(node, disc)
@@ -397,6 +407,7 @@ class NodeMonitorCore(MonitorState):
         for this node itself, it resets to a cluster of one, as RabbitMQ's reset does."""
         out = self._broadcast("left_cluster", node=node, skip=node)
         if node == self.node:
+            self._left_from = self._others()  # what its ephemeral members are told (members.py)
             for n in sorted(self._all - {self.node}):
                 out += self._remove_member(n)
             out.append(Log.info("left the cluster: now a cluster of one"))
@@ -472,6 +483,7 @@ class NodeMonitorCore(MonitorState):
             out += self._forget_incarnation(sender)
         self._guids[sender] = m["creation"]
         self._greeted.add(sender)
+        self._joining.discard(sender)  # it counts us: it heard that we joined
         out += self._see_mode(sender, m.get("mode"))
         if reply:
             out.append(self._send(sender, "announce", **self._peer_record(sender)))

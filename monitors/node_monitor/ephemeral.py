@@ -22,12 +22,16 @@ Decisions worth knowing before reading the code:
     again with a running member it reaches: it restarts with the side it was on.
   Its application is held at boot until that holds, in every mode: a fresh executor must not
   run before it knows it is on the side that runs.
-- The core's size is the union of the member lists core members sent (the seeds before any
-  came), less the members that every other member's list omits. Larger is the safe side of
-  a majority: one member's list never drops another member (a core node that ran
-  `rabbitry cluster leave` lists itself alone, and must not shrink the core to itself); a
-  member goes when the others agree it left (their lists omit it), and the lists of members
-  that went count no more. An executor attached to a member that left moves to the rest.
+- The core's size is the union of its seeds and of every member a core member's list has
+  named, less the members the others agree are gone: every other current member that sent a
+  list omits it, and at least two do (one, if it has only one other). Larger is the safe
+  side of a majority: one member's list never drops another member (a core node that ran
+  `rabbitry cluster leave` lists itself alone, and must not shrink the core to itself; nor
+  may the first list to reach a fresh executor), a member that one current list still
+  names stays, and the lists of members that went count no more. A member's own word that it
+  left (`left` in its records: the members of the cluster it left) drops it at once, and its
+  list counts no more; those members become seeds. An executor attached to a member that left
+  moves to the rest.
 - It runs the core's partition handling, not its own: core records carry the core's mode
   (`mode`), and a different local setting is logged once (DESIGN).
 - It never writes the cluster files: it has no membership of its own to keep. Leaving (or a
@@ -63,20 +67,32 @@ ROLES = (ROLE_CORE, ROLE_EPHEMERAL)
 
 
 def core_from_lists(lists: dict[str, frozenset[str]], seeds: set[str]) -> set[str]:
-    """The core from the member lists core members sent: their union (the seeds before any
-    came), then, until nothing changes, drop a member that every list of another current
-    member omits (with at least one such list). One member's list thus never drops another
-    member, and the lists of members that left stop counting."""
-    core = set().union(*lists.values()) if lists else set(seeds)
-    changed = True
-    while changed:
-        changed = False
-        for member in sorted(core):
-            others = [listed for sender, listed in lists.items() if sender in core - {member}]
-            if others and all(member not in listed for listed in others):
-                core.discard(member)
-                changed = True
-    return core
+    """The core from `seeds` (the configured seeds and every member a list ever named) and
+    the member lists core members sent: their union (a seed is a member until the core agrees
+    it is not: the first list to reach a fresh executor may come from a node that left, and a
+    newer list may omit a member the older one named), then, until nothing changes, drop the
+    members the others
+    agree are gone: every other current member that sent a list omits it, and at least two
+    such lists do (one if it has a single other member). One member's list thus never drops
+    another member, nor do the first lists to reach a fresh executor while the others are
+    still silent, and the lists of members that went count no more. A round drops every
+    member it finds at once (no name goes first), and never the whole core: lists that each
+    name only their sender (one member left, the other forgot it) say nothing of which of
+    them is the cluster."""
+    core = set(seeds).union(*lists.values())
+    while True:
+        gone = {m for m in core if _agreed_gone(m, core, lists)}
+        if not gone or gone == core:
+            return core
+        core -= gone
+
+
+def _agreed_gone(member: str, core: set[str], lists: dict[str, frozenset[str]]) -> bool:
+    others = core - {member}
+    said = [lists[o] for o in others if o in lists]
+    if any(member in listed for listed in said):
+        return False
+    return len(said) >= min(2, len(others)) > 0
 
 
 class EphemeralMonitorCore:
@@ -104,8 +120,12 @@ class EphemeralMonitorCore:
         self.keepalive_interval = keepalive_interval
         self._seeds: set[str] = set(seeds) - {node}
         self._lists: dict[str, frozenset[str]] = {}  # core member -> the members it listed
+        # every member some list named: a newer list that omits one does not make it unheard of
+        # (it goes when the others agree, core_from_lists), or one member's word would do it
+        self._named: set[str] = set()
         self._disc: set[str] = set()
         self._not_core: set[str] = set()  # seeds that said they are ephemeral
+        self._left_members: dict[str, int] = {}  # members that said they left -> creation
         self._up: dict[str, int] = {}  # dist connections: node -> creation
         self._guids: dict[str, int] = {}  # creation each core member's monitor announced
         self._greeted: set[str] = set()
@@ -136,7 +156,10 @@ class EphemeralMonitorCore:
     def core_members(self) -> set[str]:
         """The core as far as this node knows: the lists core members sent (or the seeds),
         less the members every other current member's list omits (see the docstring)."""
-        return core_from_lists(self._lists, self._seeds) - self._not_core - {self.node}
+        left = self._left_members
+        lists = {s: listed for s, listed in self._lists.items() if s not in left}
+        known = self._seeds | self._named
+        return core_from_lists(lists, known) - self._not_core - set(left) - {self.node}
 
     def status(self) -> dict[str, Any]:
         """The same keys as a core node's status; all/disc/running name core members."""
@@ -275,6 +298,8 @@ class EphemeralMonitorCore:
         self._left = True
         self._seeds.clear()
         self._lists.clear()
+        self._named.clear()
+        self._left_members.clear()
         self._running.clear()
         self._greeted.clear()
         return out + self._settle(now)
@@ -319,10 +344,12 @@ class EphemeralMonitorCore:
             self._disc.add(sender)
         else:
             self._disc.discard(sender)
+        out += self._left_word(sender, m)
         members = m.get("members")
         if isinstance(members, list) and 0 < len(members) <= MAX_LIST and not self._left:
             new = frozenset(members)
             self._lists[sender] = new  # one member's word: it drops nobody (core_members)
+            self._named |= new - {self.node}
             out += [Connect(n) for n in sorted(new - set(self._up) - {self.node})]
         out += self._follow_mode(sender, m.get("mode"))
         if m["running"]:
@@ -332,6 +359,21 @@ class EphemeralMonitorCore:
         if reply:
             out.append(self._send(sender, "announce", **self._record()))
         return out
+
+    def _left_word(self, sender: str, m: dict[str, Any]) -> list[NodeMonitorEffect]:
+        """`left` in a core member's record: its own word that it left the cluster of those
+        members. It is no member of ours then (while this incarnation says so), and they are
+        where the rest of our cluster is."""
+        left = m.get("left")
+        if not left or self._left:
+            self._left_members.pop(sender, None)  # it joined again (or restarted)
+            return []
+        out: list[NodeMonitorEffect] = []
+        if self._left_members.get(sender) != m["creation"]:
+            out.append(Log.info("a core member left the cluster", node=sender, rest=left))
+        self._left_members[sender] = m["creation"]
+        self._seeds.update(set(left) - {self.node})
+        return out + [Connect(n) for n in sorted(set(left) - set(self._up) - {self.node})]
 
     def _stopped_running(self, sender: str) -> list[NodeMonitorEffect]:
         self._running.discard(sender)

@@ -109,11 +109,15 @@ class EphemeralMembers:
         ]
 
     def ephemeral_record(self, peer: str) -> dict[str, Any]:
-        """What an ephemeral node follows: our members, running, and partition mode."""
-        return {
+        """What an ephemeral node follows: our members, running, and partition mode; and, if
+        we left a cluster, its members (`left`: our own word that we are not one of them)."""
+        record = {
             **self.st._peer_record(peer),
             "members": sorted(self.st._all),  # and _peer_record's mode: the core's, to follow
         }
+        if self.st._left_from:
+            record["left"] = sorted(self.st._left_from)
+        return record
 
     def tell_ephemerals(self) -> list[NodeMonitorEffect]:
         """An ephemeral node follows us: tell it whenever the members or our running changed."""

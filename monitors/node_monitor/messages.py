@@ -70,8 +70,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
 # Fields that may be there. A keepalive carries the sender's node_up record and its own view,
 # so that a lost node_up, app_down or view is repaired within one keepalive round.
 # A record also says the sender's role (core or ephemeral) and, from a core node to an
-# ephemeral one, the core members it knows.
-_ROLE = {"role": "str", "members": "[str]", "mode": "mode"}
+# ephemeral one, the core members it knows and, from a node that left a cluster, that
+# cluster's members (`left`).
+_ROLE = {"role": "str", "members": "[str]", "mode": "mode", "left": "[str]"}
 OPTIONAL: dict[str, dict[str, str]] = {
     "keepalive": {**_PEER, "views": "views", **_ROLE},  # mode: the sender's partition_handling
     "node_up": _ROLE,

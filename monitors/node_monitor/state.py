@@ -121,6 +121,11 @@ class MonitorState:
         self._saved: tuple[tuple[str, ...], ...] | None = None
         self._started = False
         self._want_autoheal = False
+        # Members not yet known to have heard that we joined (we were the joining node): they
+        # are told again on their nodeup, until their node_up shows they count us (a member
+        # sends node_up to members only). A join reaches the members connected at that moment
+        # only, and the joining node usually is connected to the one it joined through.
+        self._joining: set[str] = set()
         self.autoheal = ah.Autoheal(timeout=autoheal_timeout, status_timeout=status_timeout)
         self._init_ephemeral(forget_ephemeral_after)
 
@@ -133,6 +138,10 @@ class MonitorState:
         self._eph_misnamed: set[str] = set()  # members that said they are ephemeral
         self._dropped_told: set[tuple[str, str]] = set()  # (sender, what) logged once
         self._modes: dict[str, Any] = {}  # member -> the partition_handling its records say
+        # The members this node left (`rabbitry cluster leave`), until it joins again: its
+        # records to ephemeral members say so (`left`), so that they move to those members
+        # instead of staying with a node outside their cluster. Not kept across a restart.
+        self._left_from: set[str] = set()
 
     def _others(self) -> set[str]:
         return self._all - {self.node}
@@ -204,8 +213,15 @@ class MonitorState:
             out.append(Connect(node))
         return out
 
+    def _tell_joined(self, node: str) -> list[NodeMonitorEffect]:
+        """joined_cluster again, to a member not yet known to have heard it (_joining)."""
+        if node not in self._joining:
+            return []
+        return [self._send(node, "joined_cluster", node=self.node, disc=self.node in self._disc)]
+
     def _remove_member(self, node: str) -> list[NodeMonitorEffect]:
         out: list[NodeMonitorEffect] = [Log.info("node left the cluster", node=node)]
+        self._joining.discard(node)
         out += self._gone(node, record=False)
         for s in (self._all, self._disc, self._running, self._partitions, self._cut):
             s.discard(node)

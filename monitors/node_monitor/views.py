@@ -108,11 +108,12 @@ class ViewTable:
             else:
                 fresh = held is None or view.stamp > held.stamp
             if fresh and view != held:
-                kept = View(
-                    view.creation, view.stamp, view.seen & set(members), view.paused, view.cut
-                )
-                self.others[origin] = kept
-                changed[origin] = kept
+                # Kept as its node sent it, not cut down to the members we know: during a join
+                # a relay would otherwise lose the new member from a view, and the node's own
+                # copy (same stamp) would never replace it (found by tests/sim/adversarial.py).
+                # mutual_graph reads only members.
+                self.others[origin] = view
+                changed[origin] = view
         return changed, bumped
 
     def forget(self, node: str) -> None:

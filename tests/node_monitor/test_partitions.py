@@ -148,3 +148,20 @@ def test_no_majority_on_both_sides_of_a_split(g: tuple, data: st.DataObject) -> 
         return {n for n in here for p in parts if n in p and majority(p, nodes)}
 
     assert not (run_set(side, other) and run_set(other, side))
+
+
+def test_a_relayed_view_keeps_a_member_its_relay_did_not_know_yet() -> None:
+    """A join, found by tests/sim/adversarial.py: c5's view names the new member c6; c4 relays
+    it before c4 has heard of c6, then c5's own copy (same stamp) arrives. c6 must see that c5
+    sees it, else c6 finds no fully connected part and stays paused for good."""
+    from monitors.node_monitor.views import ViewTable, view_from_wire
+
+    c1, c4, c5, c6 = "c1@h", "c4@h", "c5@h", "c6@h"
+    raw = {"c": 5, "s": 18, "seen": [c1, c4, c5, c6], "p": False}
+    relay = ViewTable(c4, 4)
+    relay.merge(c5, {c5: view_from_wire(raw)}, [c1, c4, c5], {c5: 5})  # c4: no c6 yet
+    joiner = ViewTable(c6, 6)
+    joiner.merge(c4, relay.others, [c1, c4, c5, c6], {c4: 4, c5: 5})
+    joiner.merge(c5, {c5: view_from_wire(raw)}, [c1, c4, c5, c6], {c4: 4, c5: 5})
+    joiner.set_own([c4, c5, c6], paused=True)
+    assert c6 in mutual_graph(joiner.seen_map(), [c1, c4, c5, c6])[c5]

@@ -1,31 +1,69 @@
 """An adversarial generator for ephemeral members (issue 24): everything tests/sim/ephemeral.py
-does, plus messages nobody honest sends and settings nobody meant.
+does, plus messages nobody honest sends, settings nobody meant, core membership changes under
+attached executors, names taken by the wrong process, and a harsher executor network.
 
     python -m tests.sim.adversarial --seed 7 --mode pause_minority --trace
-    python -m tests.sim.adversarial --sweep 400 --mode all --jobs 2    # 2,000 schedules
+    python -m tests.sim.adversarial --sweep 400 --mode all --jobs 1    # 2,000 schedules
 
 On top of ephemeral.py's churn and core faults, a schedule may have:
 - up to 32 executors (ephemeral nodes), some placed deliberately on one side of a core
   partition (cut from every core member of the other side), and one-way cuts between an
   executor and a core member;
-- mode mismatches: executors whose own partition_handling differs from the core's (they must
-  follow the core's: the `follows` invariant checks against the core's mode);
+- lossy executor links (frames sent across a cut are lost though the connection survives:
+  harsher than TCP) and a connect timeout on executor-core pairs (a connect that meets a cut
+  hangs for 1 s, as NetKernel's does); the core's own links stay as in every other schedule;
+- mode mismatches: executors whose own partition_handling differs from the core's;
 - stale leaves (an executor's leave with an older creation) and forged ones (a leave that
-  claims the core role), delivered to core members: neither may forget the executor;
-- forged member lists: a core member's record that lists only itself (what `rabbitry cluster
-  leave` makes it say), delivered to executors: one member's word must not shrink the core.
+  claims the core role), delivered to core members; forged member lists (a core member's
+  record that lists only itself, what `rabbitry cluster leave` makes it say), to executors;
+- a core membership change while executors are attached: a member runs `cluster leave`
+  (and is stopped soon after, or stays up as a cluster of one to the end), a dead member is
+  forgotten on another, or a new node joins;
+- names: a role flip (an ephemeral process under a dead core member's name, newer creation,
+  role ephemeral; the dist layer refuses it, or in other schedules it is let in and its
+  messages reach the cores), and a takeover (a copy of a frozen node's config takes its
+  name, as the dist layer allows when the old process is silent).
+tests/sim/adversarial_ops.py says how each of these is performed and why so.
 
-Invariants, on top of ephemeral.py's:
-- core_mode: an executor that has heard from a core member runs the core's mode;
-- never_shrunk: an executor that has a member list from a core member counts every core
-  member (nobody leaves the core in these schedules, so its core is never smaller);
-- not_forgotten_by_forgery: a live executor is never forgotten on a stale or forged leave
-  (checked where the forgery lands: the executor is still known right after).
+Invariants: every invariant of ephemeral.py (the core ones of invariants.py included, with
+the members as the membership ops change them, and a core name held by an impostor counted
+as down), plus core_mode, never_shrunk, not_forgotten_by_forgery, moves, restarts and
+impostor_not_counted (tests/sim/adversarial_checks.py), and same_decisions:
 
-Not simulated here (the dist handshake is not in the simulator's network): name collisions
-and role flips; they are refused in the dist layer (tests/dist/test_name_check.py and the
-real-process tests/rabbitry/test_names_verified.py). Core join/leave/forget with executors
-attached is covered by hand-fed and real-process tests, not by this generator.
+same_decisions runs the schedule's core-only projection: the same core nodes and every
+operation on them (core faults, membership changes, impostors, takeovers of core members),
+without the executors or anything done to or by them, and compares what each core node
+decided in the two runs: the list of its PauseApp (with the reason), ResumeApp, cluster files
+written and autoheal log lines, each with its virtual time, compared for equality. Why they
+must be equal: both runs draw their random numbers keyed (engine.py: a node's creation,
+phase, weight and app delays from its own stream, a frame's latency and a handshake's
+duration from a hash of its link and the instant), so executor traffic shifts no draw of the
+core's; a core node runs no decision pass on an executor's message, nodeup or nodedown
+(core.py returns before it), and what it sends to executors goes over other links. So the
+core's events, and with them its decisions, are the same in both runs to the last bit,
+unless an executor changed a core decision: which is what this checks. (Virtual times are
+compared too: a decision taken later is a changed decision.)
+One core-to-core message exists only because of executors: ephemeral_left (a core node tells
+the others that an executor left). On a real link it counts as a tick and keeps its place in
+the TCP stream, so it can move the instant a core node notices a peer down by up to one tick
+interval (net_ticktime/4) and hold back a core frame by one latency; and sent to a peer whose
+link has just gone (before the core has its nodedown), it makes the dist layer connect, up
+to a ping interval before the core's own ping would. Timing, not a decision rule (the sweep
+found all three). Here it travels as side traffic (Network.side_traffic: no tick, no place
+in the connection's order, no connect of its own), so that the comparison can be exact; it
+is still delivered over a live link, and the decision pass it runs on the receiving core
+node is compared like any other.
+
+Not covered: the dist handshake itself (a duplicate of a live, answering node never gets a
+link, so nothing of it reaches a core: tests/dist/test_name_check.py and the real-process
+tests/rabbitry/test_names_verified.py test the refusals); a membership change while the core
+is not whole (it waits until it is, as an operator would: a leave that misses a member needs
+a forget there, in RabbitMQ as here); more than one membership change per schedule, cores
+of fewer than two members after one, and a forged member list in a schedule whose core
+shrinks (in a core of two the one other member's list is all there is to agree with, so
+one word may drop a member there by design); lossy or slow links between core members
+(tests/sim/run.py --lossy and tests/sim/heal.py have those); `restarts` in modes other than
+autoheal (under the pause modes an executor follows a majority, not a member: `follows`).
 """
 
 from __future__ import annotations
@@ -37,15 +75,18 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
-from monitors.node_monitor import PartitionHandling
-from monitors.node_monitor.ephemeral import EphemeralMonitorCore
+from monitors.effects import Connect
 from tests.sim import ephemeral as eph
+from tests.sim.adversarial_checks import AdvInvariants, compare_decisions
+from tests.sim.adversarial_ops import FORGERIES, MEMBERSHIP, NAMES, AdvKind, Decision, apply_op
 from tests.sim.cli import run_jobs, schedule_report
-from tests.sim.engine import Sim, SimNode
+from tests.sim.engine import NetConfig, Sim, SimNode
+from tests.sim.faults import apply_fault, heal_all
 from tests.sim.invariants import InvariantViolation
 from tests.sim.schedules import FIRST_FAULT, MODES, Op
 
 MAX_EXECUTORS = 32
+CONNECT_TIMEOUT = 1.0  # NetKernel's default connect_timeout (the ping interval)
 _LOCAL_MODES = ("ignore", "pause_minority", "autoheal")
 
 
@@ -53,15 +94,119 @@ _LOCAL_MODES = ("ignore", "pause_minority", "autoheal")
 class AdvSchedule:
     base: eph.EphSchedule
     local_modes: tuple[tuple[str, str], ...]  # executor -> its own (maybe wrong) mode
+    lossy: tuple[str, ...] = ()  # executors whose links to the core are lossy
+    connect_timeout: float = 0.0  # on executor-core pairs
+    joiners: tuple[str, ...] = ()  # core nodes that start alone and join later
 
     def __getattr__(self, name: str) -> Any:  # the base schedule's fields
         return getattr(self.base, name)
 
     def describe(self) -> str:
         wrong = [f"{e}={m}" for e, m in self.local_modes if m != self.base.mode.name]
-        return self.base.describe() + (
-            f"\n  local modes that differ from the core's: {', '.join(wrong)}" if wrong else ""
+        extra = []
+        if wrong:
+            extra.append(f"local modes that differ from the core's: {', '.join(wrong)}")
+        if self.lossy:
+            extra.append(f"lossy executor links: {', '.join(self.lossy)}")
+        if self.connect_timeout:
+            extra.append(f"executor-core connect timeout: {self.connect_timeout:g} s")
+        if self.joiners:
+            extra.append(f"started alone, to join: {', '.join(self.joiners)}")
+        return self.base.describe() + "".join(f"\n  {line}" for line in extra)
+
+    def core_only(self) -> AdvSchedule:
+        """The projection without executors: the core nodes, every op that only they are in
+        (faults, membership, names), and the same timeline (heal_at, end)."""
+        core = set(self.base.core) | set(self.joiners)
+        ops = tuple(
+            op
+            for op in self.base.ops
+            if op.action not in FORGERIES and op.args and _names_in(op) <= core
         )
+        base = replace(self.base, ephemeral=(), seeds=(), attach_at=(), ops=ops)
+        return AdvSchedule(base, (), (), 0.0, self.joiners)
+
+
+def _names_in(op: Op) -> set[str]:
+    """The nodes an op is about (an impostor's variant and seeds are not nodes it touches)."""
+    if op.action in ("impostor", "core_leave"):
+        return {op.args[0]}
+    return set(op.args)
+
+
+def _touched(ops: list[Op], name: str, t0: float, t1: float) -> bool:
+    """Whether an op between t0 and t1 changes `name`'s life (a cut to it does not)."""
+    return any(
+        t0 <= op.at <= t1 and op.action not in ("cut", "heal") and name in _names_in(op)
+        for op in ops
+    )
+
+
+def _membership_op(
+    rng: random.Random, base: eph.EphSchedule, ops: list[Op], preferred: set[str]
+) -> tuple[list[Op], set[str], tuple[str, ...], str | None]:
+    """(ops, gone, joiners, the node whose membership changes) for one membership change."""
+    core = list(base.core)
+    t = round(FIRST_FAULT + rng.uniform(0.5, 12.0), 3)
+    kind = rng.choice(("leave", "forget", "join"))
+    if kind == "join":
+        w = f"c{len(core) + 1}@sim"
+        x = rng.choice(core)
+        tb = round(max(0.0, t - rng.uniform(0.5, 3.0)), 3)
+        return (
+            [
+                Op(tb, "boot", (w,)),
+                Op(round(tb + 0.1, 3), "dial", (w, x)),
+                Op(t, "core_join", (w, x)),
+            ],
+            set(),
+            (w,),
+            w,
+        )
+    # never a preferred node (pause_if_all_down would pause the rest for good: an operator
+    # mistake, not ours), never one that the core faults touch from then on
+    fit = [c for c in core if c not in preferred and not _touched(ops, c, t - 1.0, 1e9)]
+    if not fit:
+        return [], set(), (), None
+    x = rng.choice(fit)
+    if kind == "leave":  # decommissioned soon after, or a cluster of one to the end
+        stop = f"{rng.uniform(0.1, 1.5):.3f}" if rng.random() < 0.5 else "-"
+        return [Op(t, "core_leave", (x, stop))], set(), (), x
+    y = rng.choice([c for c in core if c != x])
+    tf = round(t + rng.uniform(1.5, 5.0), 3)
+    return [Op(t, "crash", (x,)), Op(tf, "core_forget", (y, x))], {x}, (), x
+
+
+def _role_flip(
+    rng: random.Random, core: tuple[str, ...], ops: list[Op], busy: set[str]
+) -> list[Op]:
+    t0 = round(FIRST_FAULT + rng.uniform(0.0, 10.0), 3)
+    t1 = round(t0 + rng.uniform(0.2, 2.0), 3)
+    t2 = round(t1 + rng.uniform(1.0, 6.0), 3)
+    t3 = round(t2 + rng.uniform(0.05, 1.0), 3)
+    fit = [c for c in core if c not in busy and not _touched(ops, c, t0 - 0.5, t3 + 0.5)]
+    if not fit:
+        return []
+    c = rng.choice(fit)
+    variant = "admitted" if rng.random() < 0.6 else "refused"
+    others = [m for m in core if m != c]
+    seeds = sorted(rng.sample(others, rng.randint(1, len(others))))
+    return [
+        Op(t0, "crash", (c,)),
+        Op(t1, "impostor", (c, variant, *seeds)),
+        Op(t2, "impostor_end", (c,)),
+        Op(t3, "boot", (c,)),
+    ]
+
+
+def _takeover(rng: random.Random, names: list[str], ops: list[Op], gone: set[str]) -> list[Op]:
+    t0 = round(FIRST_FAULT + rng.uniform(0.0, 10.0), 3)
+    t1 = round(t0 + rng.uniform(0.3, 3.0), 3)
+    fit = [n for n in names if n not in gone and not _touched(ops, n, t0 - 0.5, t1 + 0.5)]
+    if not fit:
+        return []
+    x = rng.choice(fit)
+    return [Op(t0, "freeze", (x,)), Op(t1, "takeover", (x,))]
 
 
 def generate(seed: int, mode: str) -> AdvSchedule:
@@ -99,105 +244,136 @@ def generate(seed: int, mode: str) -> AdvSchedule:
             ops.append(Op(t, kind, (rng.choice(core), rng.choice(execs))))
         else:
             ops.append(Op(t, kind, (rng.choice(execs), rng.choice(core))))
-    heal_at = round(max([op.at for op in ops] + [FIRST_FAULT]) + 0.5, 6)
-    base = replace(base, ops=tuple(sorted(ops, key=lambda o: o.at)), heal_at=heal_at)
     local = tuple(
         (e, rng.choice(_LOCAL_MODES) if rng.random() < 0.4 else mode.split(":", maxsplit=1)[0])
         for e in execs
     )
-    return AdvSchedule(base, local)
+    # a harsher executor network
+    lossy = tuple(sorted(e for e in execs if rng.random() < 0.3)) if rng.random() < 0.5 else ()
+    connect_timeout = CONNECT_TIMEOUT if rng.random() < 0.5 else 0.0
+    # core membership, names
+    gone, joiners, core_ops = set(base.gone), (), False
+    moved: str | None = None
+    if rng.random() < 0.45:
+        new, left, joiners, moved = _membership_op(rng, base, ops, set(base.mode.nodes))
+        ops += new
+        gone |= left
+        core_ops = core_ops or bool(new)
+    if rng.random() < 0.3:
+        new = _role_flip(rng, core, ops, {moved} if moved else set())
+        ops += new
+        core_ops = core_ops or bool(new)
+    if rng.random() < 0.3:
+        # a core member's copy starts from the configured members: not after a change
+        names = list(execs) + ([] if moved else list(core))
+        new = _takeover(rng, names, ops, gone)
+        ops += new
+        core_ops = core_ops or any(set(op.args) & set(core) for op in new)
+    seeds = dict(base.seeds)
+    if moved and not joiners:  # an executor needs a seed that stays in the core
+        for e, s in seeds.items():
+            if set(s) <= {moved}:
+                seeds[e] = tuple(sorted({*s, min(c for c in core if c != moved)}))
+    heal_at = round(max([op.at for op in ops] + [FIRST_FAULT]) + 0.5, 6)
+    base = replace(
+        base,
+        ops=tuple(sorted(ops, key=lambda o: o.at)),
+        heal_at=heal_at,
+        gone=frozenset(gone),
+        seeds=tuple(seeds.items()),
+        core_faults=base.core_faults or core_ops,
+    )
+    return AdvSchedule(base, local, lossy, connect_timeout, joiners)
 
 
-class AdvKind(eph.MixedKind):
-    """Executors built with their own (maybe wrong) partition_handling."""
-
-    def __init__(self, schedule: AdvSchedule) -> None:
-        super().__init__(schedule.base)
-        self.local = dict(schedule.local_modes)
-
-    def build(self, sim: Sim, node: SimNode) -> Any:
-        core = super().build(sim, node)
-        local = self.local.get(node.name)
-        if isinstance(core, EphemeralMonitorCore) and local and local != self.config.mode:
-            mine = PartitionHandling(local)
-            core.config = core._local_config = mine
-        return core
+# ---- running a schedule -------------------------------------------------------------------
 
 
-class AdvInvariants(eph.EphemeralInvariants):
-    def __init__(self, sim: Sim, kind: AdvKind, schedule: eph.EphSchedule) -> None:
-        super().__init__(sim, kind, schedule)
-        self.kind_config = kind.config  # the core's partition_handling
-
-    def _eph_checks(self, now: float) -> None:
-        super()._eph_checks(now)
-        truth = set(self.members)
-        for e in sorted(self.eph):
-            node = self.sim.nodes[e]
-            if not node.alive:
-                continue
-            core = node.cores[self.core_name]
-            if core._greeted and core.config != self.kind_config:
-                raise InvariantViolation(
-                    "core_mode",
-                    f"{e} runs {core.config.to_config()}, the core {self.kind_config.to_config()}",
-                    now,
-                )
-            if set(core._lists) & truth and not truth <= core.core_members():
-                raise InvariantViolation(
-                    "never_shrunk",
-                    f"{e} counts {sorted(core.core_members())}, not all of {sorted(truth)}",
-                    now,
-                )
-
-
-def _forge(sim: Sim, checker: AdvInvariants, kind: AdvKind, op: Op) -> None:
-    """Deliver a message nobody honest sends, as if from op.args[0] to op.args[1]."""
-    sender, to = op.args
-    target, source = sim.nodes[to], sim.nodes[sender]
-    if not target.alive or target.frozen:
+def _apply(sim: Sim, checker: AdvInvariants | None, kind: AdvKind, op: Op) -> None:
+    if checker is not None and op.action not in FORGERIES:
+        checker.fault()
+        checker.op(op)
+    if apply_fault(sim, op):
         return
-    core = target.cores[kind.name]
-    if op.action == "shrunk_list":
-        if sender not in getattr(core, "_up", {}):
-            return  # the executor hears only from a link it has
-        msg = {
-            "t": "announce",
-            "c": source.creation,
-            "role": "core",
-            "node": sender,
-            "disc": True,
-            "creation": source.creation,
-            "running": True,
-            "down": None,
-            "alarms": [],
-            "members": [sender],
-            "mode": kind.config.to_config(),
-        }
-    else:
-        before = core.ephemeral_members()
-        known = sender in before[0] + before[1]
-        c = source.creation - 1 if op.action == "stale_leave" else source.creation
-        role = "core" if op.action == "forged_leave" else "ephemeral"
-        msg = {"t": "left_cluster", "c": c, "role": role, "node": sender}
-    sim.call(target, kind.name, op.action, sender, core.receive(sender, msg, sim.now))
-    if op.action != "shrunk_list" and known:
-        up, down = core.ephemeral_members()
-        if sender not in up + down:
-            raise InvariantViolation(
-                "not_forgotten_by_forgery", f"{to} forgot {sender} on a {op.action}", sim.now
-            )
+    if op.action == "leave":  # an executor's leave (ephemeral.py's churn)
+        node = sim.nodes[op.args[0]]
+        if node.alive and not node.frozen:
+            core = node.cores[kind.name]
+            sim.call(node, kind.name, "leave", None, core.left_cluster(node.name, sim.now))
+        return
+    done = apply_op(sim, kind, op)
+    if done is None:
+        raise ValueError(f"unknown op {op}")
+    if done and checker is not None:
+        if op.action in MEMBERSHIP:
+            checker.membership_changed()
+        elif op.action in NAMES:
+            checker.op(Op(sim.now, "boot", op.args[:1]))  # a new incarnation came up
+            checker.after_change(sim)
 
 
-def build(schedule: AdvSchedule, trace_len: int | None = 200) -> tuple[Sim, AdvInvariants]:
+def _heal_everything(sim: Sim, checker: AdvInvariants | None, kind: AdvKind) -> None:
+    if checker is not None:
+        checker.fault()
+    thawed = heal_all(sim)
+    dead = [n for n, node in sim.nodes.items() if not node.alive and n not in kind.gone]
+    if checker is not None:
+        for name in thawed:
+            checker.thawed_at[name] = sim.now
+        for n in dead:
+            checker.op(Op(sim.now, "boot", (n,)))
+    if dead:
+        sim.boot(*dead)
+
+
+def _executor_caused(name: str, msg: Any) -> bool:
+    """The core message that exists only because of executors (see the docstring)."""
+    return isinstance(msg, dict) and msg.get("t") == "ephemeral_left"
+
+
+def build(
+    schedule: AdvSchedule, trace_len: int | None = 200, check: bool = True
+) -> tuple[Sim, AdvKind, AdvInvariants | None]:
+    """The simulation of `schedule` (keyed randomness: see the docstring), its kind (which
+    records the core's decisions) and, if `check`, its invariant checker."""
     base = schedule.base
-    kind = AdvKind(schedule)
-    forged = [op for op in base.ops if op.action in ("stale_leave", "forged_leave", "shrunk_list")]
-    honest = replace(base, ops=tuple(op for op in base.ops if op not in forged))
-    sim, checker = eph.build(honest, trace_len, kind, AdvInvariants)
-    for op in forged:
-        sim.at(op.at, _forge, sim, checker, kind, op)
-    return sim, checker  # type: ignore[return-value]
+    sim = Sim(base.seed, net=NetConfig(), trace_len=trace_len, keyed=True)
+    kind = AdvKind(schedule, list(base.core))
+    sim.add_kind(kind)
+    kind.watch_logs(sim)
+    for name in (*base.core, *schedule.joiners, *base.ephemeral):
+        sim.add_node(name)
+    for w in schedule.joiners:  # started alone: its own cluster of one
+        sim.nodes[w].disk[kind.name] = ([w], [w], [w])
+    net = sim.net
+    net.side_traffic = _executor_caused
+    for e in base.ephemeral:
+        for c in (*base.core, *schedule.joiners):
+            if e in schedule.lossy:
+                net.lossy_links |= {(e, c), (c, e)}
+            if schedule.connect_timeout:
+                net.connect_timeouts[(min(e, c), max(e, c))] = schedule.connect_timeout
+    checker = AdvInvariants(sim, kind, schedule) if check else None
+    if checker is not None:
+        sim.add_observer(checker)
+        connect = sim._common[Connect]
+
+        def watched(node: SimNode, cname: str, eff: Connect) -> None:
+            checker.connecting(node.name, eff.node)
+            connect(node, cname, eff)
+
+        sim._common[Connect] = watched
+    kind.reapply = lambda op: _apply(sim, checker, kind, op)
+    for op in base.ops:
+        sim.at(op.at, _apply, sim, checker, kind, op)
+    for e, at in base.attach_at:
+        if at > 0:
+            sim.at(at, _apply, sim, checker, kind, Op(at, "boot", (e,)))
+    sim.at(base.heal_at, _heal_everything, sim, checker, kind)
+    if checker is not None:
+        sim.at(checker.live_from, checker.start_quiet)
+    sim.boot(*base.core, *(e for e, at in base.attach_at if at == 0))
+    return sim, kind, checker
 
 
 @dataclass
@@ -216,18 +392,35 @@ class AdvResult:
         return schedule_report(s, self.sim, self.violation, tail, replay)
 
 
+def _crash_violation(sim: Sim, e: Exception) -> InvariantViolation:
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    text = f"{type(e).__name__}: {e} ({where.filename}:{where.lineno})"
+    return InvariantViolation("no_crash", text, sim.now)
+
+
+def decisions_of(schedule: AdvSchedule) -> dict[str, list[Decision]]:
+    """What each core node decides in `schedule`, run without invariant checks."""
+    sim, kind, _ = build(schedule, 0, check=False)
+    sim.run_until(schedule.end)
+    return kind.decisions
+
+
 def run_schedule(schedule: AdvSchedule, trace_len: int | None = 200) -> AdvResult:
-    sim, checker = build(schedule, trace_len)
+    """Run `schedule` under every invariant, then its core-only projection (same_decisions)."""
+    sim, kind, checker = build(schedule, trace_len)
+    assert checker is not None
     try:
         sim.run_until(schedule.end)
         checker.finish()
     except InvariantViolation as v:
         return AdvResult(schedule, sim, v)
     except Exception as e:
-        where = traceback.extract_tb(e.__traceback__)[-1]
-        text = f"{type(e).__name__}: {e} ({where.filename}:{where.lineno})"
-        return AdvResult(schedule, sim, InvariantViolation("no_crash", text, sim.now))
-    return AdvResult(schedule, sim, None)
+        return AdvResult(schedule, sim, _crash_violation(sim, e))
+    try:
+        alone = decisions_of(schedule.core_only())
+    except Exception as e:
+        return AdvResult(schedule, sim, _crash_violation(sim, e))
+    return AdvResult(schedule, sim, compare_decisions(kind.decisions, alone))
 
 
 def run_job(job: tuple[str, int]) -> tuple[str, int, str | None, str | None]:

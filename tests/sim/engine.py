@@ -6,6 +6,12 @@ effects. Doing both from a single heap ordered by (virtual time, sequence number
 randomness drawn from one `random.Random(seed)`, makes a run a pure function of its seed and
 its fault schedule: a failing schedule replays exactly.
 
+`Sim(keyed=True)` draws each number from a source named by what it is for instead (a node's
+creation, tick phase, autoheal weight and app delays from that node's own stream; a frame's
+latency and a handshake's duration from a hash of its link and the instant), so that traffic
+of some nodes does not shift the draws of the others. tests/sim/adversarial.py needs that to
+run a schedule with and without its executors and compare the core's decisions exactly.
+
 The engine knows the effects every networked core uses (monitors/effects.py). A core kind
 (`CoreKind`) adds handlers for its own effects by class name, so the engine never imports a
 core. The dist semantics (connections, ticks, cuts) live in `network.py`.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -123,9 +130,12 @@ class Sim:
         seed: int,
         net: NetConfig | None = None,
         trace_len: int | None = 200,
+        keyed: bool = False,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        self.keyed = keyed  # see the module docstring
+        self._streams: dict[str, random.Random] = {}
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = 0
@@ -165,6 +175,25 @@ class Sim:
 
     def add_observer(self, obs: Observer) -> None:
         self.observers.append(obs)
+
+    # ---- randomness ------------------------------------------------------------------------
+
+    def stream(self, key: str) -> random.Random:
+        """Where draws for `key` (a node name) come from: the one RNG, or (keyed) its own."""
+        if not self.keyed:
+            return self.rng
+        r = self._streams.get(key)
+        if r is None:
+            r = self._streams[key] = random.Random(f"{self.seed}/{key}")
+        return r
+
+    def uniform_at(self, lo: float, hi: float, *key: Any) -> float:
+        """A draw for something that happens now (a frame's latency, a handshake hop): the one
+        RNG, or (keyed) a hash of `key` and the current time, so that no other draw shifts it."""
+        if not self.keyed:
+            return self.rng.uniform(lo, hi)
+        h = zlib.crc32("/".join(map(str, (self.seed, *key, repr(self.now)))).encode())
+        return lo + (hi - lo) * (h / 2**32)
 
     # ---- the event loop -----------------------------------------------------------------
 
@@ -217,9 +246,10 @@ class Sim:
             node.alive = True
             node.frozen = False
             node.incarnation += 1
-            node.creation = self.rng.randrange(1, 2**31)
+            rng = self.stream(node.name)
+            node.creation = rng.randrange(1, 2**31)
             node.booted_at = self.now
-            node.tick_phase = self.rng.uniform(0.0, self.net.tick_interval)
+            node.tick_phase = rng.uniform(0.0, self.net.tick_interval)
             node.state = {}
             node.timers = {}
             node.bans = {}

@@ -288,9 +288,13 @@ class EphemeralInvariants(NodeMonitorInvariants):
         self.eph_bad_since = current
         self._forgotten(now)
 
-    def _follow_problem(self, e: str) -> str | None:
+    def _core_seen(self, e: str) -> set[str]:
+        """The core members `e` sees (ground truth); a driver may leave some out."""
         net = self.sim.net
-        seen = {c for c in self.members if net.healthy(e, c)}
+        return {c for c in self.members if net.healthy(e, c)}
+
+    def _follow_problem(self, e: str) -> str | None:
+        seen = self._core_seen(e)
         mode = self.mode.name
         if mode == "pause_minority":
             if 2 * len(seen) <= self.n:

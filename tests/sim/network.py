@@ -19,6 +19,17 @@ What it models, and why each part is there:
   - True: a frame is lost if its direction is cut when it is sent or at any moment before it
     arrives (a cut bumps the direction's epoch). This is harsher than Erlang (a gap in a live
     connection): it tests whether a core recovers from lost messages by itself.
+  `Network.lossy_links` makes chosen directions lossy in the same way, the others not (an
+  adversarial driver's lossy executor links beside a TCP-like core).
+- `Network.connect_timeouts` gives chosen node pairs a connect_timeout of their own (see
+  NetConfig.connect_timeout), the others keep the NetConfig's.
+- `Network.side_traffic(name, msg)`: a message it says yes to is side traffic: it takes no
+  place in its connection's order, does not count as a tick and starts no handshake (it is
+  dropped if there is no connection or handshake under way) (an adversarial driver's
+  executor-caused core messages: see tests/sim/adversarial.py for why).
+- `Network.refused_names`: every handshake from or to such a name is refused, as the dist
+  layer refuses a process whose name or role conflicts with the cluster's (monitors/dist):
+  it never gets a link, so nothing it sends reaches a core.
 - Ticks are not simulated frame by frame (they would dominate the event count). Each node
   ticks at instants phase + k*net_ticktime/4. A receiving side only needs to know when its
   incoming stream stopped (direction cut, sender crashed, frozen or closed its side): it then
@@ -40,12 +51,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tests.sim.engine import NetConfig, Sim, SimNode
 
 _MSG = "msg"
+_SIDE = "side"  # a message that is side traffic (Network.side_traffic)
 _FIN = "fin"
 _encode = json.JSONEncoder(allow_nan=False).encode  # what the wire format accepts
 _decode = json.JSONDecoder().decode
@@ -159,6 +172,16 @@ class Network:
         self.epoch: dict[tuple[str, str], int] = {}  # direction -> number of cuts so far
         self.pending: dict[tuple[str, str], _Pending] = {}
         self._cid = 0
+        self.lossy_links: set[tuple[str, str]] = set()  # directions lossy whatever cfg.lossy
+        self.connect_timeouts: dict[tuple[str, str], float] = {}  # sorted pair -> seconds
+        self.refused_names: set[str] = set()  # the dist layer refuses their handshakes
+        self.side_traffic: Callable[[str, Any], bool] | None = None
+
+    def _lossy(self, src: str, dst: str) -> bool:
+        return self.lossy or (src, dst) in self.lossy_links
+
+    def _connect_timeout(self, key: tuple[str, str]) -> float:
+        return self.connect_timeouts.get(key, self.cfg.connect_timeout)
 
     # ---- links (faults) ----------------------------------------------------------------------
 
@@ -306,14 +329,17 @@ class Network:
         sim = self.sim
         k = (src, dst)
         if k in self.cuts:
-            if self.lossy:
+            if self._lossy(src, dst):
                 sim.trace.append((sim.now, src, "lost", (dst, payload)))
             else:
                 conn.held[dst].append((kind, payload))
             return
-        t = sim.now + sim.rng.uniform(self.lat_lo, self.lat_hi)
-        t = max(t, conn.fifo[dst])
-        conn.fifo[dst] = t
+        t = sim.now + sim.uniform_at(self.lat_lo, self.lat_hi, src, dst)
+        if kind == _MSG and self.side_traffic is not None and self.side_traffic(*payload):
+            kind = _SIDE  # keeps no place in the connection's order
+        else:
+            t = max(t, conn.fifo[dst])
+            conn.fifo[dst] = t
         sim._push(
             t, self._arrive, (conn, src, sim.nodes[dst], self.epoch.get(k, 0), (kind, payload))
         )
@@ -322,7 +348,7 @@ class Network:
         self, conn: Conn, src: str, dnode: SimNode, ep: int, frame: tuple[str, Any]
     ) -> None:
         kind, payload = frame
-        if self.lossy and self.epoch.get((src, dnode.name), 0) != ep:
+        if self._lossy(src, dnode.name) and self.epoch.get((src, dnode.name), 0) != ep:
             self.sim.trace.append((self.sim.now, src, "lost", (dnode.name, payload)))
             return
         if not dnode.alive or dnode.conns.get(src) is not conn:
@@ -335,6 +361,9 @@ class Network:
     def _process(self, conn: Conn, src: str, dnode: SimNode, kind: str, payload: Any) -> None:
         dst = dnode.name
         if dnode.conns.get(src) is not conn:
+            return
+        if kind == _SIDE:  # not a tick
+            self.sim.deliver(dnode, src, *payload)
             return
         conn.last_rx[dst] = self.sim.now
         if conn.to_at[dst] is not None:  # data counts as a tick
@@ -358,7 +387,9 @@ class Network:
             self._transmit(conn, snode.name, dst, _MSG, (name, msg))
             return
         key = (snode.name, dst) if snode.name < dst else (dst, snode.name)
-        p = self._live_pending(key) or self._start_handshake(snode, dst)
+        p = self._live_pending(key)
+        if p is None and not (self.side_traffic is not None and self.side_traffic(name, msg)):
+            p = self._start_handshake(snode, dst)
         if p is None:
             self.sim.trace.append((self.sim.now, snode.name, "lost", (dst, msg)))
             return
@@ -393,17 +424,19 @@ class Network:
         if self._banned(node, peer) or self._banned(pn, node.name):
             sim.record(node, "refused", f"{peer} (reconnect ban)")
             return None
+        if self.refused_names and {node.name, peer} & self.refused_names:
+            sim.record(node, "refused", f"{peer} (name or role conflict)")
+            return None
         key = (node.name, peer) if node.name < peer else (peer, node.name)
         ep = (self.epoch.get((node.name, peer), 0), self.epoch.get((peer, node.name), 0))
         p = _Pending(key, node, pn, ep, sim.now)
         self.pending[key] = p
-        rng = sim.rng
-        dur = sum(rng.uniform(self.lat_lo, self.lat_hi) for _ in range(self.cfg.handshake_hops))
-        if self.cfg.connect_timeout > 0 and not (
-            self.link_up(node.name, peer) and self.link_up(peer, node.name)
-        ):
+        hops = range(self.cfg.handshake_hops)
+        dur = sum(sim.uniform_at(self.lat_lo, self.lat_hi, "hs", node.name, peer, i) for i in hops)
+        timeout = self._connect_timeout(key)
+        if timeout > 0 and not (self.link_up(node.name, peer) and self.link_up(peer, node.name)):
             p.doomed = True  # the SYN (or the reply) is dropped: wait for the timeout
-            dur = self.cfg.connect_timeout
+            dur = timeout
         sim._push(sim.now + dur, self._handshake_done, (p,))
         sim.record(node, "connect", peer)
         return p
@@ -415,8 +448,9 @@ class Network:
         cut = p.ep != (self.epoch.get((a, b), 0), self.epoch.get((b, a), 0)) or not (
             self.link_up(a, b) and self.link_up(b, a)
         )
-        wait = p.started + self.cfg.connect_timeout - sim.now
-        if cut and not p.aborted and self.cfg.connect_timeout > 0 and wait > 1e-9:
+        timeout = self._connect_timeout(p.key)
+        wait = p.started + timeout - sim.now
+        if cut and not p.aborted and timeout > 0 and wait > 1e-9:
             # It met a cut on the way: the attempt hangs until its timeout.
             p.doomed = True
             sim._push(sim.now + wait, self._handshake_done, (p,))

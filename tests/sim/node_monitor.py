@@ -122,7 +122,7 @@ class NodeMonitorKind:
             **({"hold_app": True} if self.hold_app else {}),
         )
         if hasattr(core, "set_weight"):
-            core.set_weight(sim.rng.randrange(0, 4))
+            core.set_weight(sim.stream(node.name).randrange(0, 4))
         node.state["app"] = "stopped" if getattr(core, "hold_app", False) else "running"
         node.state["app_busy_until"] = sim.now
         node.state["notified"] = []
@@ -139,7 +139,7 @@ class NodeMonitorKind:
     # The shell runs app requests one after another, each taking a little while.
     def _app_request(self, sim: Sim, node: SimNode, cname: str, stop: bool) -> None:
         start = max(sim.now, node.state["app_busy_until"])
-        done = start + sim.rng.uniform(*APP_DELAY)
+        done = start + sim.stream(node.name).uniform(*APP_DELAY)
         node.state["app_busy_until"] = done
         node.state["app"] = "stopping" if stop else "starting"
         sim.post(node, done - sim.now, self._app_done, sim, node, cname, stop)
