@@ -61,7 +61,10 @@ is not whole (it waits until it is, as an operator would: a leave that misses a 
 a forget there, in RabbitMQ as here); more than one membership change per schedule, cores
 of fewer than two members after one, and a forged member list in a schedule whose core
 shrinks (in a core of two the one other member's list is all there is to agree with, so
-one word may drop a member there by design); lossy or slow links between core members
+one word may drop a member there by design); a leaver that restarts (it keeps no record of
+whom it left, so executors that reach only it are back to waiting for the others' lists); a
+core member's dead name held by an impostor during a membership change (the change waits);
+lossy or slow links between core members
 (tests/sim/run.py --lossy and tests/sim/heal.py have those); `restarts` in modes other than
 autoheal (under the pause modes an executor follows a majority, not a member: `follows`).
 """
