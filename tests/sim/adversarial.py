@@ -71,7 +71,6 @@ autoheal (under the pause modes an executor follows a majority, not a member: `f
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import traceback
@@ -82,7 +81,7 @@ from monitors.effects import Connect
 from tests.sim import ephemeral as eph
 from tests.sim.adversarial_checks import AdvInvariants, compare_decisions
 from tests.sim.adversarial_ops import FORGERIES, MEMBERSHIP, NAMES, AdvKind, Decision, apply_op
-from tests.sim.cli import run_jobs, schedule_report
+from tests.sim.cli import mode_seed_main, schedule_report
 from tests.sim.engine import NetConfig, Sim, SimNode
 from tests.sim.faults import apply_fault, heal_all
 from tests.sim.invariants import InvariantViolation
@@ -435,29 +434,14 @@ def run_job(job: tuple[str, int]) -> tuple[str, int, str | None, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m tests.sim.adversarial", description=__doc__.split("\n")[0]
+    return mode_seed_main(
+        "python -m tests.sim.adversarial",
+        __doc__ or "",
+        MODES,
+        run_job,
+        lambda seed, mode, trace_len: run_schedule(generate(seed, mode), trace_len),
+        argv=argv,
     )
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mode", default="pause_minority", help=f"{', '.join(MODES)} or 'all'")
-    ap.add_argument("--sweep", type=int, default=0, help="run this many seeds per mode")
-    ap.add_argument("--trace", action="store_true")
-    ap.add_argument("--jobs", type=int, default=1)
-    args = ap.parse_args(argv)
-    modes = list(MODES) if args.mode == "all" else args.mode.split(",")
-    if args.sweep:
-        jobs = [(m, s) for m in modes for s in range(args.seed, args.seed + args.sweep)]
-        results = run_jobs(run_job, jobs, args.jobs, chunksize=4)
-        failures = [(m, s, inv) for m, s, inv, _ in results if inv is not None]
-        for m, s, inv in failures:
-            print(f"seed={s} mode={m}: {inv}")
-        print(f"{len(jobs)} schedules, {len(failures)} failing")
-        return 1 if failures else 0
-    result = run_schedule(generate(args.seed, modes[0]), None if args.trace else 200)
-    if args.trace:
-        print(result.sim.format_trace())
-    print(result.report())
-    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

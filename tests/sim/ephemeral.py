@@ -28,7 +28,6 @@ Invariants (on top of every core invariant of invariants.py, checked on the core
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import traceback
@@ -37,7 +36,7 @@ from typing import Any
 
 from monitors.effects import Connect
 from monitors.node_monitor.ephemeral import EphemeralMonitorCore
-from tests.sim.cli import run_jobs, schedule_report
+from tests.sim.cli import mode_seed_main, schedule_report
 from tests.sim.engine import NetConfig, Sim, SimNode
 from tests.sim.faults import apply_fault, heal_all
 from tests.sim.invariants import InvariantViolation, NodeMonitorInvariants
@@ -451,29 +450,14 @@ def run_job(job: tuple[str, int]) -> tuple[str, int, str | None, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m tests.sim.ephemeral", description=__doc__.split("\n")[0]
+    return mode_seed_main(
+        "python -m tests.sim.ephemeral",
+        __doc__ or "",
+        MODES,
+        run_job,
+        lambda seed, mode, trace_len: run_schedule(generate(seed, mode), trace_len),
+        argv=argv,
     )
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mode", default="pause_minority", help=f"{', '.join(MODES)} or 'all'")
-    ap.add_argument("--sweep", type=int, default=0, help="run this many seeds per mode")
-    ap.add_argument("--trace", action="store_true")
-    ap.add_argument("--jobs", type=int, default=1)
-    args = ap.parse_args(argv)
-    modes = list(MODES) if args.mode == "all" else args.mode.split(",")
-    if args.sweep:
-        jobs = [(m, s) for m in modes for s in range(args.seed, args.seed + args.sweep)]
-        results = run_jobs(run_job, jobs, args.jobs, chunksize=4)
-        failures = [(m, s, inv) for m, s, inv, _ in results if inv is not None]
-        for m, s, inv in failures:
-            print(f"seed={s} mode={m}: {inv}")
-        print(f"{len(jobs)} schedules, {len(failures)} failing")
-        return 1 if failures else 0
-    result = run_schedule(generate(args.seed, modes[0]), None if args.trace else 200)
-    if args.trace:
-        print(result.sim.format_trace())
-    print(result.report())
-    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":
