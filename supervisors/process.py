@@ -27,7 +27,7 @@ import pykka
 import pykka.messages
 from pykka import ActorDeadError, ActorRef
 
-from supervisors import registry
+from supervisors import registry, timers
 from supervisors.crash_log import log_crash
 from supervisors.errors import CallerError
 from supervisors.future import LatchFuture
@@ -43,7 +43,7 @@ log = logging.getLogger("supervisors.process")
 # Crashes are logged as pykka logs them, on its logger and in its words, so that log filters
 # written for pykka actors ("Unhandled exception in ...") also catch Processes.
 pykka_log = logging.getLogger("pykka")
-SEND_AFTER_THREAD = "supervisors-send-after"  # the name of every send_after timer thread
+SEND_AFTER_THREAD = timers.THREAD_NAME  # the name of the send_after timer thread
 
 _ALIVE: Any = object()
 _local = threading.local()
@@ -186,7 +186,7 @@ class Process(pykka.ThreadingActor):
         self._sv_finished = finished
         self._sv_start_error: BaseException | None = None
         # Made on the first send_after: most processes never set a timer.
-        self._sv_timers: set[threading.Timer] | None = None
+        self._sv_timers: set[timers.SendAfterTimer] | None = None
         # The parent is whoever links us at start (start_link, a supervisor); an unlinked
         # start() has none, as an unlinked gen_server is its own parent in OTP.
         self._sv_parent_urn: str | None = None
@@ -308,33 +308,30 @@ class Process(pykka.ThreadingActor):
             raise _SelfExit(reason)
         self._sv_receive_exit(self.actor_ref, reason, via_link=False)
 
-    def send_after(self, seconds: float, message: Any) -> threading.Timer:
+    def send_after(self, seconds: float, message: Any) -> timers.SendAfterTimer:
         """Tell this process `message` after `seconds` (Erlang's erlang:send_after/3).
 
         Returns the timer; call it off with `cancel_timer(timer)`. Every timer still pending
         is cancelled when the process ends, however it ends, so no timer outlives its owner.
         """
-        timer = threading.Timer(max(0.0, float(seconds)), self._sv_timer_fired)
-        timer.args = (timer, message)
-        timer.daemon = True
-        timer.name = SEND_AFTER_THREAD  # so a thread dump (or a leak check) can tell them apart
+        # One timer thread per OS process serves every process's timers (supervisors/timers.py).
         with self._sv_lock:
             if self._sv_reason is not _ALIVE:
-                return timer  # never started: the process has ended
+                return timers.SendAfterTimer.ended()  # never armed: the process has ended
             if self._sv_timers is None:
                 self._sv_timers = set()
+            timer = timers.start_timer(float(seconds), self._sv_timer_fired, (message,))
             self._sv_timers.add(timer)
-        timer.start()
         return timer
 
-    def cancel_timer(self, timer: threading.Timer) -> None:
+    def cancel_timer(self, timer: timers.SendAfterTimer) -> None:
         """Call off a timer from `send_after` (Erlang's erlang:cancel_timer/1)."""
         timer.cancel()
         with self._sv_lock:
             if self._sv_timers is not None:
                 self._sv_timers.discard(timer)
 
-    def _sv_timer_fired(self, timer: threading.Timer, message: Any) -> None:
+    def _sv_timer_fired(self, timer: timers.SendAfterTimer, message: Any) -> None:
         with self._sv_lock:
             if self._sv_timers is not None:
                 self._sv_timers.discard(timer)
