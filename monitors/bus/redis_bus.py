@@ -10,7 +10,10 @@ Keys and channels, for exchange E and node N:
     E:wake:N             pub/sub channel that tells N "your list has something" (no payload)
 
 Threads: a reader (pub/sub connection, the wake-ups, draining the list) that owns `connected`,
-and a sender that owns the publishing connection. redis-py's own retries are turned off: the
+and a sender that owns the publishing connection. The reader sleeps in select() on its pub/sub
+socket and a local wake-up socket until Redis sends something, a pattern changes or its next
+PING or drain is due, instead of polling: a `rabbitry swarm` process holds hundreds of buses,
+and ten polls a second each kept its CPU busy doing nothing. redis-py's own retries are turned off: the
 bus does its own reconnecting, with backoff, and must see every failure to report it.
 """
 
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import select
+import socket
 import threading
 import time
 from typing import Any, cast
@@ -44,9 +49,13 @@ redis.call('PUBLISH', KEYS[2], '')
 return n + 1
 """
 
-_PING_EVERY = 1.0  # seconds between PINGs on the pub/sub connection
+_PING_EVERY = 1.0  # seconds between PINGs on the pub/sub connection, when it is otherwise quiet
 _DEAD_AFTER = 5.0  # no reply at all for this long: the connection is dead (blackhole, not reset)
-_DRAIN_EVERY = 1.0  # re-check the direct list even without a wake-up (one may be missed)
+# Re-read the direct list without a wake-up: soon while frames wait for room in the inbox
+# (backpressure: no new wake-up comes for them), rarely otherwise (a wake-up published while
+# subscribed cannot be missed; the drain at each (re)subscription covers the gaps).
+_DRAIN_FULL_EVERY = 1.0
+_DRAIN_EVERY = 5.0
 _POP_BATCH = 100
 
 
@@ -63,6 +72,10 @@ class RedisBus(Bus):
         # (un)subscribes their globs and finishes a BIND request once Redis confirms it.
         self._glob_changes: collections.deque[Request] = collections.deque()
         self._globs = GlobSet()  # confirmed on the current connection (reader thread only)
+        # Wakes the reader from its select(): a pattern change, a drain asked for, the stop.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         self._waiting: dict[str, list[Request]] = {}  # glob -> BIND requests (reader only)
         self._reader = threading.Thread(
             target=self._read_loop, name=self._thread_name("reader"), daemon=True
@@ -112,18 +125,27 @@ class RedisBus(Bus):
     def _shutdown(self) -> None:
         self._stop.set()
         self._outbox.wake()
+        self._wake_reader()
         for thread in (self._reader, self._sender):
             if thread.is_alive():
                 thread.join(10)
+        for sock in (self._wake_r, self._wake_w):
+            sock.close()
+
+    def _wake_reader(self) -> None:
+        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed
+            self._wake_w.send(b"x")
 
     def _pattern_added(self, pattern: str) -> Request:
         request = Request(BIND, pattern)
         self._glob_changes.append(request)
         self._drain_soon = True
+        self._wake_reader()
         return request
 
     def _pattern_removed(self, pattern: str) -> None:
         self._glob_changes.append(Request(UNBIND, pattern))
+        self._wake_reader()
 
     def _glob_counts(self) -> collections.Counter[str]:
         return collections.Counter(glob_for(self._bc_prefix, p) for p in self._patterns_snapshot())
@@ -190,7 +212,12 @@ class RedisBus(Bus):
         last_heard, next_ping, next_drain = now, now + _PING_EVERY, now
         while not self._stop.is_set():
             self._apply_glob_changes(pubsub)
-            message = pubsub.get_message(timeout=0.1)
+            message = pubsub.get_message(timeout=0)
+            if message is None and not self._glob_changes and not self._drain_soon:
+                due = min(next_ping, last_heard + _DEAD_AFTER)
+                if awaiting == {"done"} and self._patterns:
+                    due = min(due, next_drain)
+                message = self._idle_wait(pubsub, due - time.monotonic())
             now = time.monotonic()
             if message is not None:
                 last_heard = now
@@ -216,10 +243,11 @@ class RedisBus(Bus):
             connected = awaiting == {"done"}
             if connected and self._patterns and (now >= next_drain or self._drain_soon):
                 self._drain_soon = False
-                self._drain(client)
-                next_drain = time.monotonic() + _DRAIN_EVERY
+                full = self._drain(client)
+                next_drain = time.monotonic() + (_DRAIN_FULL_EVERY if full else _DRAIN_EVERY)
             if now >= next_ping:
-                pubsub.ping()
+                if now - last_heard >= _PING_EVERY:  # traffic already shows it alive
+                    pubsub.ping()
                 next_ping = now + _PING_EVERY
             if now - last_heard > _DEAD_AFTER:
                 raise ConnectionError(f"no reply from Redis for {_DEAD_AFTER:g} s")
@@ -233,21 +261,48 @@ class RedisBus(Bus):
             data = str(data).encode()
         self._receive(data, direct=False, expect_rk=key)
 
-    def _drain(self, client: redis.Redis) -> None:
+    def _idle_wait(self, pubsub: Any, timeout: float) -> dict[str, Any] | None:
+        """Sleep until Redis sends something, the reader is woken, or `timeout`; then the
+        message that came, if any. Over TLS, decrypted bytes may wait in the SSL object where
+        select() cannot see them, so there redis-py's own short poll is used instead."""
+        timeout = max(0.0, timeout)
+        connection = getattr(pubsub, "connection", None)
+        sock = getattr(connection, "_sock", None)
+        if self.url.tls or not isinstance(sock, socket.socket):
+            return cast("dict[str, Any] | None", pubsub.get_message(timeout=min(timeout, 0.1)))
+        # poll(), not select(): a swarm process has thousands of descriptors, past FD_SETSIZE
+        poller = select.poll()
+        try:
+            fd = sock.fileno()
+            poller.register(fd, select.POLLIN)
+            poller.register(self._wake_r.fileno(), select.POLLIN)
+            ready = {f for f, _ in poller.poll(timeout * 1000)}
+        except (OSError, ValueError):  # closed under us: the next read says how
+            return None
+        if self._wake_r.fileno() in ready:
+            with contextlib.suppress(OSError):
+                self._wake_r.recv(4096)
+        if fd in ready:
+            return cast("dict[str, Any] | None", pubsub.get_message(timeout=0))
+        return None
+
+    def _drain(self, client: redis.Redis) -> bool:
         """Take direct frames from our list, never more than the inbox has room for: what we
-        cannot take yet stays safe in Redis (backpressure instead of loss)."""
+        cannot take yet stays safe in Redis (backpressure instead of loss). True if frames
+        may be left for want of room."""
         while not self._stop.is_set():
             room = min(self._inbox_room(), _POP_BATCH)
             if room <= 0:
-                return
+                return True
             # with a count, RPOP answers a list (or nil); our clients never decode responses
             frames = cast("list[bytes] | None", client.rpop(self._list_key(self.node), room))
             if not frames:
-                return
+                return False
             for frame in frames:
                 self._receive(frame, direct=True)
             if len(frames) < room:
-                return
+                return False
+        return False
 
     # ---- sending ----------------------------------------------------------------------------
 
@@ -256,7 +311,7 @@ class RedisBus(Bus):
         client: redis.Redis | None = None
         push = None
         while not self._stop.is_set():
-            request = self._outbox.get(timeout=0.5)
+            request = self._outbox.get(timeout=5.0)  # the stop wakes it
             if request is None or not request.start():
                 continue
             try:
