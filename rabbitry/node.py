@@ -344,6 +344,7 @@ class Node:
             on_refused=self._refused,
             role=config.role,
             role_check=self._role_check if config.role == "core" else None,
+            **self._kernel_options(),
         )
         kernel = NetKernel.of(self.parts.kernel)
         self.name_lock.set_address(str(kernel.address))
@@ -351,6 +352,10 @@ class Node:
             "refused", node, f"{reason}: {detail}"
         )
         return self.parts.kernel
+
+    def _kernel_options(self) -> dict[str, Any]:
+        """Extra NetKernel options; a swarm member shares its process's I/O loop."""
+        return {}
 
     def wait_first_contact(self, timeout: float | None = None) -> None:
         """Before saying READY: wait until a peer has either let us in or refused us (our

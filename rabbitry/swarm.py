@@ -7,7 +7,9 @@ any ephemeral node). It has no control API, no metrics listener, no node_stats s
 alarms of one ephemeral member do not block the core) and no singleton service (an ephemeral
 member never holds a singleton). Everything else is `rabbitry.node.Node`'s own code.
 
-Several members share one OS process, so nothing here touches what is process-global:
+Several members share one OS process. They share its dist I/O loop (one thread and one epoll
+for every member's connections, given by the caller of `start_members`), and its one
+send_after timer thread. Nothing else here touches what is process-global:
 `rabbitry.node._current` stays unset (a swarm member's application cannot call
 `current_node()`: there is no single node in the process), signal handlers belong to the
 command, and the PooledProcess pool is shared by all of them and stopped once, at the end.
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from monitors.dist.ioloop import IoLoop
 from rabbitry.node import Node
 from rabbitry.node_config import NodeConfig, NodeConfigError, node_config_from_mapping
 from supervisors import ChildSpec, Supervisor, SupFlags, read_config_file
@@ -99,10 +102,14 @@ def member_config(
 class SwarmMember(Node):
     """One ephemeral member of a swarm: a Node with only the parts such a member needs."""
 
+    io_loop: IoLoop | None = None
+
     @classmethod
-    def start(cls, config: NodeConfig) -> SwarmMember:
-        """Start the member's root tree; unlike Node.start, it does not claim the process."""
+    def start(cls, config: NodeConfig, io_loop: IoLoop | None = None) -> SwarmMember:
+        """Start the member's root tree; unlike Node.start, it does not claim the process.
+        `io_loop`: the dist I/O loop shared by the members of this process (else its own)."""
         member = cls(config)
+        member.io_loop = io_loop
         config.data_dir.mkdir(parents=True, exist_ok=True)
         member.root = Supervisor.start(
             SupFlags("rest_for_one", intensity=3, period=10.0),
@@ -123,6 +130,9 @@ class SwarmMember(Node):
             timeout=10
         )
 
+    def _kernel_options(self) -> dict[str, Any]:
+        return {"io_loop": self.io_loop} if self.io_loop is not None else {}
+
     def _children(self) -> list[ChildSpec]:
         children = [
             ChildSpec("net_kernel", self._start_kernel, shutdown=5.0),
@@ -135,14 +145,19 @@ class SwarmMember(Node):
         return children
 
 
-def start_members(configs: Iterable[NodeConfig], stop: Any = None) -> list[SwarmMember]:
+def start_members(
+    configs: Iterable[NodeConfig], stop: Any = None, io_loop: IoLoop | None = None
+) -> list[SwarmMember]:
     """Start every member, START_WORKERS at a time. If one fails, the started ones are
     stopped and the error is raised. Once `stop` (an Event) is set, no more are started:
-    the ones started are returned (a SIGTERM during a long start must not wait for it)."""
+    the ones started are returned (a SIGTERM during a long start must not wait for it).
+    `io_loop`: one dist I/O loop for all of them (started and stopped by the caller)."""
     configs = list(configs)
 
     def start(config: NodeConfig) -> SwarmMember | None:
-        return None if stop is not None and stop.is_set() else SwarmMember.start(config)
+        if stop is not None and stop.is_set():
+            return None
+        return SwarmMember.start(config, io_loop)
 
     with concurrent.futures.ThreadPoolExecutor(START_WORKERS, "swarm-start") as pool:
         futures = [pool.submit(start, c) for c in configs]

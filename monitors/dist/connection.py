@@ -289,6 +289,7 @@ class Connection:
         self._finished = False
         self._writer = _Writer(sock, max_queue, stream.seal if stream is not None else None)
         self._loop: Any = None  # the IoLoop, once added
+        self.on_tick: Any = None  # its kernel's tick handler (a loop may serve many kernels)
 
     def __repr__(self) -> str:
         way = "to" if self.outgoing else "from"
@@ -392,6 +393,11 @@ class Connection:
         for frame in self._decoder.feed(data):
             if frame is not None:
                 on_frame(self, frame)
+
+    @property
+    def finished(self) -> bool:
+        """True once the loop (or the kernel's stop) has finished it."""
+        return self._finished
 
     def finish(self) -> None:
         """The loop dropped us: report the loss (once), release the socket."""

@@ -13,6 +13,11 @@ and teardown code takes only short locks. Handshakes are not done here: the hell
 may wait for a name-check ping (name_check.py) that this loop must be free to answer, so
 incoming ones run on the pending loop (pending.py) and outgoing ones on their connect thread.
 
+Several kernels may share one loop (a `rabbitry swarm` process: hundreds of members, one
+thread and one epoll for all their connections instead of a thread each). The loop does not
+know kernels: each connection carries its kernel's tick handler, and a kernel that stops on a
+shared loop closes its own connections and waits for the loop to finish them.
+
 Ticks: each connection has one entry in a heap, due at its `tick_due`; the loop runs every
 entry that is due (the kernel's `on_tick`) and re-arms it. It wakes at most every
 `_TICK_GRAIN` for ticks, so that 1,000 connections' ticks cost tens of wake-ups a second, not
@@ -44,7 +49,12 @@ class IoLoop:
     """The loop. `add`, `flush_soon`, `close_soon` and `stop` may be called from any thread;
     they queue an operation for the loop's thread, which alone touches the selector."""
 
-    def __init__(self, name: str, on_tick: Callable[[Connection, float], None]) -> None:
+    def __init__(
+        self, name: str, on_tick: Callable[[Connection, float], None] | None = None
+    ) -> None:
+        """`on_tick(conn, now)` runs each due tick; a connection's own `on_tick`, when set,
+        wins, so that one loop can serve the connections of several kernels (a swarm
+        process shares one loop among its members: see `NetKernel(io_loop=...)`)."""
         self.name = name
         self._on_tick = on_tick
         self._selector = selectors.DefaultSelector()
@@ -198,7 +208,9 @@ class IoLoop:
             if conn not in self._conns:
                 continue
             try:
-                self._on_tick(conn, now)
+                on_tick = conn.on_tick or self._on_tick
+                if on_tick is not None:
+                    on_tick(conn, now)
             except Exception:
                 log.exception("dist %s: tick for %s failed", self.name, conn.node)
             if conn.down is None and conn in self._conns:

@@ -159,6 +159,7 @@ class NetKernel(Process):
         on_refused: Callable[[str, str], None] | None = None,
         role: str = "core",
         role_check: Callable[[str, str], str] | None = None,
+        io_loop: IoLoop | None = None,
     ) -> None:
         super().__init__()
         self.node = validate_node(node)
@@ -213,6 +214,9 @@ class NetKernel(Process):
         self._stopped = threading.Event()
         self._running = False
         self._io: IoLoop | None = None  # reads, flushes and ticks every connection
+        # A loop given by the caller is shared with other kernels: started and stopped by
+        # its owner, never by this kernel (rabbitry swarm: one loop per process).
+        self._shared_io = io_loop
         self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._tls = tls
@@ -271,8 +275,11 @@ class NetKernel(Process):
             deadline=self.handshake_timeout,
             per_address=self._max_pending_per_address,
         )
-        self._io = IoLoop(self.node, self._run_ticks)
-        self._io.start()
+        if self._shared_io is not None:
+            self._io = self._shared_io
+        else:
+            self._io = IoLoop(self.node, self._run_ticks)
+            self._io.start()
         thread = threading.Thread(
             target=self._pending_loop.run, name=f"dist-listener {self.node}", daemon=True
         )
@@ -315,8 +322,12 @@ class NetKernel(Process):
             pending.done.set()
         for conn in conns:
             self._connection_down(conn, DISCONNECT)
-        if self._io is not None:
+        if self._io is not None and self._shared_io is None:
             self._io.stop()  # it finishes (and closes) what it still holds
+        elif self._io is not None:  # shared: the loop goes on; ours were closed just above
+            deadline = time.monotonic() + 2.0
+            while any(not c.finished for c in conns) and time.monotonic() < deadline:
+                time.sleep(0.005)
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(2.0)
@@ -619,6 +630,7 @@ class NetKernel(Process):
     def _start(self, conn: Connection) -> None:
         """Hand a published connection to the I/O loop."""
         assert self._io is not None  # published only while running
+        conn.on_tick = self._run_ticks
         conn.start(self._io)
 
     def _connection_lost(self, conn: Connection, reason: str) -> None:

@@ -190,6 +190,7 @@ def _orphan_watch(parent: int, stop: threading.Event) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from monitors.dist.ioloop import IoLoop
     from rabbitry.swarm import (
         load_template,
         member_config,
@@ -209,10 +210,15 @@ def _worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     parent_pid = int(parent) if parent else os.getppid()
     threading.Thread(target=_orphan_watch, args=(parent_pid, stop), daemon=True).start()
+    # One dist I/O loop for all of this process's members: a thread and an epoll in all,
+    # instead of one per member.
+    io_loop = IoLoop(f"swarm {args.slice}")
+    io_loop.start()
     try:
-        members = start_members(configs, stop)
+        members = start_members(configs, stop, io_loop)
     except Exception as exc:
         print(f"rabbitry swarm: members {args.slice} failed to start: {exc}", file=sys.stderr)
+        io_loop.stop()
         return 1
     try:
         if wait_running(members, stop):
@@ -220,5 +226,6 @@ def _worker(args: argparse.Namespace) -> int:
             stop.wait()
     finally:
         stop_members(members)
+        io_loop.stop()
         stop_pool(if_unused=True)
     return 0

@@ -70,3 +70,37 @@ def test_a_peer_that_stops_reading_blocks_only_senders_past_its_limit(make_kerne
     assert done.wait(10), "the sender still waits after the peer went down"
     assert sent[0] >= 1 and a.nodes() == [b.node]
     frozen.close()
+
+
+def test_kernels_sharing_one_loop_keep_their_own_ticks_and_stops(make_kernel):
+    """A swarm process's members share one loop: each connection ticks for its own kernel,
+    a frozen peer is called down for the kernel that holds it, and a kernel that stops
+    closes only its own connections while the loop serves the others on."""
+    from monitors.dist.ioloop import IoLoop
+
+    loop = IoLoop("shared")
+    loop.start()
+    try:
+        core = make_kernel("core", net_ticktime=1.0)
+        x = make_kernel("x", net_ticktime=1.0, io_loop=loop)
+        y = make_kernel("y", net_ticktime=1.0, io_loop=loop)
+        mesh(core, x, y)
+        core.register("echo", Echo.start())
+        assert x.connect(core.node) and y.connect(core.node)
+        # no loop of their own: the shared loop's thread serves both
+        assert not [n for n in _dist_threads() if n in (f"dist-io {x.node}", f"dist-io {y.node}")]
+        wait_until(lambda: len(loop) == 2, "x-core and y-core on the shared loop")
+        probe = Probe()
+        y.monitor_nodes(probe.ref)
+        frozen = fake_peer(y, "frozen@127.0.0.1")  # never ticks: y alone must call it down
+        probe.wait_type(NodeUp, "frozen up at y")
+        probe.wait_type(NodeDown, "y calls the silent peer down by its ticks", timeout=10)
+        assert core.node in x.nodes() and core.node in y.nodes()
+        x.actor_ref.stop(timeout=10)
+        wait_until(lambda: x.node not in core.nodes(), "core sees x go")
+        assert core.node in y.nodes()
+        assert y.call(core.node, "echo", {"op": "echo"}, timeout=5)["node"] == y.node
+        assert loop.thread.is_alive()
+        frozen.close()
+    finally:
+        loop.stop()
