@@ -38,7 +38,14 @@ log = logging.getLogger("rabbitry.swarm")
 # keys of the template a swarm member does not take: it has no control API or metrics of its
 # own (N members would need N ports and N tokens for nothing a load generator needs)
 DROPPED_KEYS = ("control", "metrics")
-START_WORKERS = 8  # members booting at once in one process (each boot waits on a few actors)
+# Members joining at once in one process. A start counts as done only once the member runs
+# (attached to the core), at most JOIN_WAIT: a closed loop, so that a thousand members join
+# as fast as the machine absorbs them. Started open-loop, 300-500 members per process piled
+# up handshakes, subscriptions and syncs faster than two cores could serve them; their own
+# timers then fired late (ticks, Redis liveness), and reconnecting made it worse: at 1,000 the
+# swarm never got ready.
+START_WORKERS = 8
+JOIN_WAIT = 30.0
 
 
 def load_template(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Path]:
@@ -124,11 +131,16 @@ class SwarmMember(Node):
         if self.root is not None and self.root.is_alive():
             self.root.stop()
 
+    _monitor_proxy: Any = None  # (the monitor's ref, its proxy): a proxy costs ~3 ms to make
+
     def running(self) -> bool:
         """True once the ephemeral monitor lets its application run (attached to the core)."""
-        return self.parts.monitor is not None and not self.parts.monitor.proxy().is_paused().get(
-            timeout=10
-        )
+        monitor = self.parts.monitor
+        if monitor is None:
+            return False
+        if self._monitor_proxy is None or self._monitor_proxy[0] is not monitor:
+            self._monitor_proxy = (monitor, monitor.proxy())  # anew after a restart
+        return not self._monitor_proxy[1].is_paused().get(timeout=10)
 
     def _kernel_options(self) -> dict[str, Any]:
         return {"io_loop": self.io_loop} if self.io_loop is not None else {}
@@ -148,7 +160,7 @@ class SwarmMember(Node):
 def start_members(
     configs: Iterable[NodeConfig], stop: Any = None, io_loop: IoLoop | None = None
 ) -> list[SwarmMember]:
-    """Start every member, START_WORKERS at a time. If one fails, the started ones are
+    """Start every member, START_WORKERS joining at a time. If one fails, the started ones are
     stopped and the error is raised. Once `stop` (an Event) is set, no more are started:
     the ones started are returned (a SIGTERM during a long start must not wait for it).
     `io_loop`: one dist I/O loop for all of them (started and stopped by the caller)."""
@@ -157,7 +169,13 @@ def start_members(
     def start(config: NodeConfig) -> SwarmMember | None:
         if stop is not None and stop.is_set():
             return None
-        return SwarmMember.start(config, io_loop)
+        member = SwarmMember.start(config, io_loop)
+        deadline = time.monotonic() + JOIN_WAIT
+        while not _running(member) and time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                break
+            time.sleep(0.02)
+        return member
 
     with concurrent.futures.ThreadPoolExecutor(START_WORKERS, "swarm-start") as pool:
         futures = [pool.submit(start, c) for c in configs]

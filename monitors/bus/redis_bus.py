@@ -49,6 +49,21 @@ redis.call('PUBLISH', KEYS[2], '')
 return n + 1
 """
 
+
+def _no_driver_info() -> dict[str, Any]:
+    """Client options that skip CLIENT SETINFO. redis-py otherwise reads its own package
+    metadata (importlib.metadata, an email-header parse) for every client it makes, and sends
+    two more commands on every connect: 20 ms of a swarm member's start, for a label we
+    replace with client_name anyway. Newer redis-py takes driver_info; older ones lib_*."""
+    try:
+        import redis.driver_info  # noqa: F401
+    except ImportError:
+        return {"lib_name": None, "lib_version": None}
+    return {"driver_info": None}
+
+
+_CLIENT_OPTIONS = _no_driver_info()
+
 _PING_EVERY = 1.0  # seconds between PINGs on the pub/sub connection, when it is otherwise quiet
 _DEAD_AFTER = 5.0  # no reply at all for this long: the connection is dead (blackhole, not reset)
 # Re-read the direct list without a wake-up: soon while frames wait for room in the inbox
@@ -115,6 +130,7 @@ class RedisBus(Bus):
             # command the pool's check for stray data (three system calls, each letting go
             # of the GIL: a wait in line for it when many nodes share a process)
             single_connection_client=True,
+            **_CLIENT_OPTIONS,
         )
 
     def _start(self) -> None:
