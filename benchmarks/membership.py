@@ -16,12 +16,14 @@ counters are ours alone), and `rabbitry swarm --count N --processes P` for the e
   slopes of deliveries/s against N, linear and quadratic, are printed;
 - silent cut: core node c is SIGSTOPped; the time until core node a no longer lists it running,
   and its ratio to N = 0;
-- half SIGKILL: one of the swarm's worker processes (N/P members) is SIGKILLed; whether any
+- half SIGKILL: half of the swarm's worker processes (half the members) are SIGKILLed at once; whether any
   core node pauses, and the time until every core node has forgotten them (goal: within
   forget_ephemeral_after + 5 s).
 
 Timing on a shared machine is noisy: the load average is printed with each row, and every
 ratio is against N = 0 of the same run.
+
+The swarm runs in max(--processes, N / --per-process) worker processes.
 
 Usage: python benchmarks/membership.py [--n 0,100,300,1000] [--processes 2] [--forget 10]
                                        [--window 10] [--no-bus]
@@ -285,10 +287,12 @@ def _half_kill(c: Cluster, row: Row, swarm: Swarm, forget: float) -> None:
     if not workers:
         row.notes.append("no swarm worker to kill")
         return
-    pid, (first, last) = sorted(workers.items(), key=lambda kv: kv[1])[0]
-    killed = {f"exec-{i}@127.0.0.1" for i in range(first, last)}
+    # the first half of the worker processes: half the executors, all at once
+    doomed = sorted(workers.items(), key=lambda kv: kv[1])[: max(1, len(workers) // 2)]
+    killed = {f"exec-{i}@127.0.0.1" for _, (first, last) in doomed for i in range(first, last)}
     row.killed = len(killed)
-    os.kill(pid, signal.SIGKILL)
+    for pid, _ in doomed:
+        os.kill(pid, signal.SIGKILL)
     t0 = time.monotonic()
     row.kill_paused = False
     while time.monotonic() - t0 < forget + 30.0:
@@ -313,7 +317,8 @@ def run_one(factory: ClusterFactory, n: int, args: argparse.Namespace, root: Pat
         if n:
             template = _template(c, root, bus, exchange)
             t0 = time.monotonic()
-            swarm = Swarm(template, n, args.processes, root / "swarm.log")
+            processes = max(args.processes, -(-n // args.per_process))
+            swarm = Swarm(template, n, processes, root / "swarm.log")
             deadline = t0 + args.attach_timeout
             while not swarm.ready.wait(0.5):
                 if swarm.proc.poll() is not None or time.monotonic() > deadline:
@@ -403,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forget", type=float, default=10.0, help="forget_ephemeral_after, s")
     ap.add_argument("--window", type=float, default=10.0, help="idle window, s")
     ap.add_argument("--settle", type=float, default=5.0, help="pause before measuring, s")
+    ap.add_argument(
+        "--per-process",
+        type=int,
+        default=250,
+        help="at most this many members per swarm process (more processes for a larger N)",
+    )
     ap.add_argument("--attach-timeout", type=float, default=300.0, help="READY within, s")
     ap.add_argument("--no-bus", action="store_true", help="no gossip (dist and monitor only)")
     args = ap.parse_args(argv)
@@ -415,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"membership benchmark: 3 core nodes, pause_minority, net_ticktime {NET_TICKTIME} s, "
         f"forget_ephemeral_after {args.forget} s, gossip {'off' if args.no_bus else 'on'}, "
-        f"swarm in {args.processes} processes; load {_load()} at start; {os.cpu_count()} CPUs"
+        f"swarm in max({args.processes}, N / {args.per_process}) processes; load {_load()} at start; "
+        f"{os.cpu_count()} CPUs"
     )
     for n in ns:
         where = root / f"n{n}"
