@@ -416,13 +416,19 @@ def broadcast_acks() -> Iterator[None]:
         sent = direct_ack(self, e, p, now)
         return Publish(sent.routing_key, sent.body)
 
-    def elect_msg(self: Any, msg: dict[str, Any], now: float) -> list[Any]:
-        r = self.results.get(msg["id"])
-        if r is not None:
-            return on_elect(self, msg, now)
+    def elect_msg(self: Any, msg: dict[str, Any], now: float, proxy: bool = False) -> list[Any]:
+        # decided ids and clients' proposals (issue 26) as today: only acks differ
+        if self.results.get(msg["id"]) is not None or msg.get("client"):
+            return on_elect(self, msg, now, proxy)
         e = self.pending.setdefault(msg["id"], election_core._Election(msg["id"], now))
         p = election_core.Proposal(
-            msg["clock"], msg["hostname"], msg["pid"], msg["candidate"], msg["topic"]
+            msg["clock"],
+            msg["hostname"],
+            msg["pid"],
+            msg["candidate"],
+            msg["topic"],
+            msg.get("action"),
+            for_=election_core._member(msg.get("for")),
         )
         e.record(p)
         e.touched = now
