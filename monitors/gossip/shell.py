@@ -304,7 +304,10 @@ class Gossip(BusCoreShell[GossipCore]):
         elif kind is RunElection:
             self._run_election(effect)
         elif kind is ElectionDecided:
-            log.info(
+            # DEBUG: the core's own Log effect ("node elected" / "I won the election") says
+            # it at INFO already; two INFO lines per node per election were a quarter of a
+            # storm's log lines (docs/gossip.md)
+            log.debug(
                 "gossip %s: %s elected for %r (%s)",
                 self.node,
                 effect.winner,
@@ -351,7 +354,7 @@ class Gossip(BusCoreShell[GossipCore]):
                 effect.topic,
             )
             return
-        log.info("gossip %s: I won the election %r", self.node, effect.election_id)
+        log.debug("gossip %s: I won the election %r", self.node, effect.election_id)  # as above
 
         def run() -> None:
             try:
