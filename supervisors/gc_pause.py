@@ -14,6 +14,10 @@ program that turned the collector off itself keeps it off. A program that turns 
 during a batch loses that change when the batch ends (the collector is restored to what it
 was when the first batch began); nothing else is affected. Reference counting, which frees
 almost everything, is never paused; only cycles wait, for the length of the batch.
+
+The length of the batch is the caveat: a child whose `on_start` blocks holds the pause for as
+long (a start that blocks already holds its supervisor). The mass stop's wait for its
+children is paused only when a shutdown timeout bounds it, never under "infinity".
 """
 
 from __future__ import annotations

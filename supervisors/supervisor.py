@@ -11,6 +11,7 @@ calls arrive as asks, in one mailbox, so they are handled one at a time and in o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -378,8 +379,11 @@ class Supervisor(Process):
                     proc._sv_remove_link(my_urn)
                     proc._sv_receive_exit(me, signal, via_link=False)
                     pending.append((child, proc))
-            # otherwise "infinity" or "brutal_kill" (ChildSpec never leaves shutdown None)
-            deadline = time.monotonic() + shutdown if isinstance(shutdown, int | float) else None
+        # otherwise "infinity" or "brutal_kill" (ChildSpec never leaves shutdown None)
+        deadline = time.monotonic() + shutdown if isinstance(shutdown, int | float) else None
+        # The wait is paused too when a shutdown timeout bounds it; "infinity" may wait for a
+        # stuck child forever, and the whole interpreter's collector with it.
+        with gc_paused() if deadline is not None else contextlib.nullcontext():
             if pending:
                 # The pool runs the children's exits in the order they were signalled. Wait
                 # for the last one first: the others are then (nearly) all done, and the loop
