@@ -205,13 +205,18 @@ def bare_threads(n: int) -> float:
     return time.perf_counter() - begin
 
 
-def many(n: int, cls: type, batch: bool = False) -> tuple[float, float, float, float]:
+def many(
+    n: int, cls: type, batch: bool = False, cpu: list[float] | None = None
+) -> tuple[float, float, float, float]:
     """Start n simple_one_for_one children of `cls` (one start_child ask each, or with
     `batch` one start_children ask for all), then stop the supervisor.
-    Returns (start s, stop s, total s, RSS bytes per idle child)."""
+    Returns (start s, stop s, total s, RSS bytes per idle child). `cpu`, if given, gets the
+    process's CPU seconds (every thread) for the start, the stop, and a gc.collect() right
+    after the stop (the dead children's cycles, whoever frees them: not in the total)."""
     spec = ChildSpec("leaf", cls, restart="temporary", shutdown=5.0)
     gc.collect()
     before = rss()
+    cpu0 = time.process_time()
     start = time.perf_counter()
     sup = Supervisor.start(SupFlags("simple_one_for_one", 0, 1.0), [spec])
     proxy = sup.proxy()
@@ -222,13 +227,19 @@ def many(n: int, cls: type, batch: bool = False) -> tuple[float, float, float, f
     for future in futures:
         future.get()
     started = time.perf_counter()
+    cpu1 = time.process_time()
     del futures
     assert proxy.count_children().get()["active"] == n
     gc.collect()
     per_child = (rss() - before) / n
     paused = time.perf_counter() - started  # measuring is not part of the figure
+    cpu2 = time.process_time()
     sup.stop()
     stopped = time.perf_counter() - paused
+    cpu3 = time.process_time()
+    gc.collect()
+    if cpu is not None:
+        cpu[:] = [cpu1 - cpu0, cpu3 - cpu2, time.process_time() - cpu3]
     return started - start, stopped - started, stopped - start, per_child
 
 
@@ -253,12 +264,20 @@ def bench_batch(n: int, rounds: int) -> None:
     the batch, alternating, same run (issue 30)."""
     one: list[tuple[float, float, float, float]] = []
     batch: list[tuple[float, float, float, float]] = []
+    one_cpu: list[float] = []
+    batch_cpu: list[float] = []
     for _ in range(rounds):
-        one.append(many(n, PooledLeaf))
-        batch.append(many(n, PooledLeaf, batch=True))
+        one.append(many(n, PooledLeaf, cpu=one_cpu))
+        batch.append(many(n, PooledLeaf, batch=True, cpu=batch_cpu))
+        # CPU seconds of the whole process: unlike the wall clock, barely moved by other
+        # processes on a shared machine (a GIL-bound run takes about its CPU when quiet)
         print(
             f"  round: one-by-one {one[-1][2]:.2f} s, batch {batch[-1][2]:.2f} s"
-            f"  [load average {os.getloadavg()[0]:.2f}]",
+            f"  [load average {os.getloadavg()[0]:.2f}]; process CPU: one-by-one start"
+            f" {one_cpu[0]:.2f} + stop {one_cpu[1]:.2f} s, batch start {batch_cpu[0]:.2f} +"
+            f" stop {batch_cpu[1]:.2f} s = {batch_cpu[0] + batch_cpu[1]:.2f} s (ratio"
+            f" {(batch_cpu[0] + batch_cpu[1]) / (one_cpu[0] + one_cpu[1]):.2f}); gc.collect()"
+            f" after the stop: {one_cpu[2]:.2f} s, {batch_cpu[2]:.2f} s",
             flush=True,
         )
     o = sorted(one, key=lambda r: r[2])[len(one) // 2]

@@ -233,14 +233,18 @@ class Process(pykka.ThreadingActor):
             raise TypeError(
                 f"{cls.__name__}.__init__ did not call super().__init__(); Process needs it"
             )
-        _REGISTRY[obj.actor_urn] = obj
+        # _actor_ref, not the actor_ref property (pykka's, there for typing only): a
+        # supervisor's batch runs this once per child.
+        urn, ref = obj.actor_urn, obj._actor_ref
+        _REGISTRY[urn] = obj
         if cls.register_in_actor_registry:
-            pykka.ActorRegistry.register(obj.actor_ref)
+            pykka.ActorRegistry.register(ref)
         if link_to is not None:
-            obj._sv_parent_urn = link_to.actor_urn
-            obj._sv_links[link_to.actor_urn] = link_to.actor_ref
+            parent = link_to.actor_urn
+            obj._sv_parent_urn = parent
+            obj._sv_links[parent] = link_to._actor_ref
             with link_to._sv_lock:
-                link_to._sv_links[obj.actor_urn] = obj.actor_ref
+                link_to._sv_links[urn] = ref
         obj._start_actor_loop()
         if cls.on_start is not pykka.Actor.on_start and not obj._sv_started.is_set():
             # Without an on_start of its own there is nothing that could fail or that the caller
@@ -248,7 +252,7 @@ class Process(pykka.ThreadingActor):
             obj._sv_started.wait()
         error = obj._sv_start_error
         if error is None:
-            return obj.actor_ref
+            return ref
         if isinstance(error, Ignore):
             return None
         raise error
@@ -546,12 +550,20 @@ class Process(pykka.ThreadingActor):
             if self._sv_reason is not _ALIVE:
                 return False
             self._sv_reason = reason
-            links = list(self._sv_links.values())
-            self._sv_links.clear()
-            watchers = list(self._sv_watchers.items())
-            self._sv_watchers.clear()
-            monitoring = list(self._sv_monitoring.items())
-            self._sv_monitoring.clear()
+            # copied and cleared only when not empty: most processes end with no monitor,
+            # and a supervised child stopped by its supervisor with no link left either
+            links: tuple[ActorRef[Any], ...] = ()
+            watchers: tuple[tuple[int, ActorRef[Any]], ...] = ()
+            monitoring: tuple[tuple[int, Any], ...] = ()
+            if self._sv_links:
+                links = tuple(self._sv_links.values())
+                self._sv_links.clear()
+            if self._sv_watchers:
+                watchers = tuple(self._sv_watchers.items())
+                self._sv_watchers.clear()
+            if self._sv_monitoring:
+                monitoring = tuple(self._sv_monitoring.items())
+                self._sv_monitoring.clear()
             current = self._sv_current
             self._sv_current = None
             timers, self._sv_timers = self._sv_timers, None

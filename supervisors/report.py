@@ -84,6 +84,12 @@ def report(
     logger.handle(record)
 
 
+def wanted(level: int) -> bool:
+    """Whether a report at `level` would go anywhere (a log handler or a listener): a batch
+    asks once instead of building a report per child that nobody reads."""
+    return bool(_listeners) or logger.isEnabledFor(level)
+
+
 def add_listener(fn: Callable[[dict[str, Any]], None]) -> None:
     """Call `fn(report)` for every report from now on, on the reporting supervisor's thread
     (so it must be quick and must not block), whatever the log level."""

@@ -11,6 +11,7 @@ calls arrive as asks, in one mailbox, so they are handled one at a time and in o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -32,11 +33,12 @@ from supervisors.errors import (
     StartChildError,
     SupervisorError,
 )
+from supervisors.gc_pause import gc_paused
 from supervisors.intensity import RestartIntensity
 from supervisors.messages import Exit
-from supervisors.process import Ignore, Process, _process_of, _SelfExit, exit
+from supervisors.process import _REGISTRY, Ignore, Process, _process_of, _SelfExit, exit
 from supervisors.reasons import KILL, SHUTDOWN, Reason, is_clean_exit
-from supervisors.report import report
+from supervisors.report import report, wanted
 from supervisors.specs import ChildInfo, ChildSpec, SupFlags
 
 RESTARTING = "restarting"
@@ -154,9 +156,10 @@ class Supervisor(Process):
     def _simple(self) -> bool:
         return self._template is not None
 
-    def _start(self, child: _Child, level: int | None = None) -> Any:
+    def _start(self, child: _Child, level: int | None = None, announce: bool = True) -> Any:
         """Start one child, linked to us. Raises StartChildError; None means it ignored.
-        `level` overrides the child_started report's level (DEBUG in a batch)."""
+        `level` overrides the child_started report's level (DEBUG in a batch); `announce`
+        False skips it (a batch that found nobody listening at that level, once for all)."""
         spec = child.spec
         _naming.child_id = spec.id
         try:
@@ -183,14 +186,15 @@ class Supervisor(Process):
         if ref is not None:
             child.last = ref
             self._by_urn[ref.actor_urn] = child
-            report(
-                "child_started",
-                self.name,
-                spec.id,
-                level=level,
-                ref=ref.actor_urn,
-                restart=spec.restart,
-            )
+            if announce:
+                report(
+                    "child_started",
+                    self.name,
+                    spec.id,
+                    level=level,
+                    ref=ref.actor_urn,
+                    restart=spec.restart,
+                )
         return ref
 
     def _adopt(self, child_id: Hashable, ref: Any) -> None:
@@ -328,12 +332,16 @@ class Supervisor(Process):
         reason = _shutdown(proc, ref, child.spec.shutdown)
         self._report_shutdown(child, reason)
 
-    def _report_shutdown(self, child: _Child, reason: Reason, level: int | None = None) -> bool:
-        """Report a child's stop; `level` overrides a clean one's (DEBUG in a mass stop). An
-        unexpected reason is always a shutdown_error at ERROR. Returns whether it was clean."""
+    def _report_shutdown(
+        self, child: _Child, reason: Reason, level: int | None = None, announce: bool = True
+    ) -> bool:
+        """Report a child's stop; `level` overrides a clean one's (DEBUG in a mass stop), and
+        `announce` False skips a clean one (nobody listens at that level). An unexpected
+        reason is always a shutdown_error at ERROR. Returns whether it was clean."""
         expected = "killed" if child.spec.shutdown == "brutal_kill" else SHUTDOWN
         if reason == expected:
-            report("shutdown", self.name, child.spec.id, level=level, reason=reason)
+            if announce:
+                report("shutdown", self.name, child.spec.id, level=level, reason=reason)
             return True
         report("shutdown_error", self.name, child.spec.id, reason=reason)
         return False
@@ -348,32 +356,53 @@ class Supervisor(Process):
         self._dynamic.clear()
         shutdown = self._template.shutdown if self._template else 5.0
         signal = KILL if shutdown == "brutal_kill" else SHUTDOWN
-        # unlink(ref) then exit(ref, signal), with the child looked up once instead of three
-        # times: this loop runs once per child, 100,000 times for 100,000 children.
-        me, my_urn, links, by_urn = self.actor_ref, self.actor_urn, self._sv_links, self._by_urn
-        pending = []
-        for child in children:
-            urn = child.ref.actor_urn
-            by_urn.pop(urn, None)
+        # The loops below run once per child, 100,000 times for 100,000 children, so what
+        # does not change per child is looked up once (gc_pause.py says why the collector
+        # waits). unlink(ref) then exit(ref, signal), each child looked up once; our side of
+        # every link goes under one hold of our lock (a child dying meanwhile finds its link
+        # gone and sends nothing, as after unlink).
+        with gc_paused():
+            me, my_urn, links, by_urn = self.actor_ref, self.actor_urn, self._sv_links, self._by_urn
             with self._sv_lock:
-                links.pop(urn, None)
-            proc = _process_of(child.ref)
-            if proc is not None:
-                proc._sv_remove_link(my_urn)
-                proc._sv_receive_exit(me, signal, via_link=False)
-                pending.append((child, proc))
+                for child in children:
+                    links.pop(child.ref.actor_urn, None)
+            registered = _REGISTRY.get
+            pending = []
+            for child in children:
+                ref = child.ref
+                urn = ref.actor_urn
+                by_urn.pop(urn, None)
+                # a local child: its live Process is in the registry (what _process_of does
+                # for a plain ActorRef, without the checks for other kinds of ref)
+                proc = registered(urn) if type(ref) is ActorRef else _process_of(ref)
+                if proc is not None:
+                    proc._sv_remove_link(my_urn)
+                    proc._sv_receive_exit(me, signal, via_link=False)
+                    pending.append((child, proc))
         # otherwise "infinity" or "brutal_kill" (ChildSpec never leaves shutdown None)
         deadline = time.monotonic() + shutdown if isinstance(shutdown, int | float) else None
-        # As start_children: each clean stop at DEBUG, one children_shutdown at INFO for all
-        # (a log line per child was most of the cost of stopping 100,000); errors stay ERROR.
-        clean = 0
-        debug = logging.DEBUG
-        for child, proc in pending:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not proc._sv_wait_finished(remaining):
-                exit(proc.actor_ref, KILL)
-                proc._sv_wait_finished(None)
-            clean += self._report_shutdown(child, proc._sv_reason, debug)
+        # The wait is paused too when a shutdown timeout bounds it; "infinity" may wait for a
+        # stuck child forever, and the whole interpreter's collector with it.
+        with gc_paused() if deadline is not None else contextlib.nullcontext():
+            if pending:
+                # The pool runs the children's exits in the order they were signalled. Wait
+                # for the last one first: the others are then (nearly) all done, and the loop
+                # below finds them finished instead of waking up once per child.
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                pending[-1][1]._sv_wait_finished(remaining)
+            # As start_children: each clean stop at DEBUG, one children_shutdown at INFO for
+            # all (a log line per child was most of the cost of stopping 100,000); errors stay
+            # ERROR.
+            clean = 0
+            debug = logging.DEBUG
+            each = wanted(debug)
+            for child, proc in pending:
+                if not proc._sv_finished.is_set():
+                    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not proc._sv_wait_finished(remaining):
+                        exit(proc.actor_ref, KILL)
+                        proc._sv_wait_finished(None)
+                clean += self._report_shutdown(child, proc._sv_reason, debug, each)
         if pending and self._template is not None:
             report(
                 "children_shutdown",
@@ -458,13 +487,15 @@ class Supervisor(Process):
         refs: list[Any] = []
         dynamic, keys, start = self._dynamic, self._dynamic_keys, self._start
         debug = logging.DEBUG
+        each = wanted(debug)  # once per batch: a child_started at DEBUG per child, or none
         try:
-            for _ in range(n):
-                child = _Child(next(keys), template, extra)
-                ref = start(child, debug)
-                if ref is not None:
-                    dynamic[child.key] = child
-                refs.append(ref)
+            with gc_paused():  # the batch allocates and frees nothing: see gc_pause.py
+                for _ in range(n):
+                    child = _Child(next(keys), template, extra)
+                    ref = start(child, debug, each)
+                    if ref is not None:
+                        dynamic[child.key] = child
+                    refs.append(ref)
         except StartChildError as exc:
             exc.started = refs
             raise

@@ -95,8 +95,7 @@ def encode(
         envelope["to"] = to
     envelope["body"] = body
     try:
-        # allow_nan=False: NaN is not JSON, and other languages' parsers reject it.
-        text = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _encode_json(envelope)
     except TypeError as exc:
         raise TypeError(
             f"bus message body for {routing_key!r} is not JSON-serializable: {exc}"
@@ -116,6 +115,15 @@ def _reject_constant(name: str) -> Any:
     raise BadFrame("not_json", f"{name} is not JSON")
 
 
+# One encoder and one decoder for every frame: json.dumps and json.loads with options build
+# a new JSONEncoder or JSONDecoder (and its scanner) per call, a few microseconds a frame on
+# the path every message takes. Same output and same checks as those calls; both are safe to
+# share between threads (json's own default ones are). allow_nan=False: NaN is not JSON, and
+# other languages' parsers reject it.
+_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_decode_json = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
 def decode(data: bytes, *, max_frame: int = MAX_FRAME) -> dict[str, Any]:
     """Parse and check a frame; return the envelope dict, or raise BadFrame(reason)."""
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -123,7 +131,8 @@ def decode(data: bytes, *, max_frame: int = MAX_FRAME) -> dict[str, Any]:
     if len(data) > max_frame:
         raise BadFrame("too_big", f"frame of {len(data)} bytes is over the limit of {max_frame}")
     try:
-        envelope = json.loads(bytes(data).decode("utf-8"), parse_constant=_reject_constant)
+        text = (data if type(data) is bytes else bytes(data)).decode("utf-8")
+        envelope = _decode_json(text)
     except BadFrame:
         raise
     except UnicodeDecodeError:

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from monitors.bus import Bus, BusError, connect_bus
@@ -54,6 +55,16 @@ Callback = Callable[[str], Any]
 
 class ElectionError(RuntimeError):
     """An election ended without a winner (its deadline passed, gossip is off, ...)."""
+
+
+@dataclass(frozen=True)
+class _StartElection:
+    """`elect()`'s ask: start_election's arguments, as a message the shell routes."""
+
+    eid: str
+    topic: str
+    action: Any
+    timeout: float
 
 
 class Gossip(BusCoreShell[GossipCore]):
@@ -99,6 +110,7 @@ class Gossip(BusCoreShell[GossipCore]):
         self._effects = ShellEffects(self, self._timers, log, f"gossip {self.node}")
         self._subscriptions: list[Any] = []
         self.route(NodeEvent, self._on_node_event)
+        self.route(_StartElection, self._on_start_election)
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -123,9 +135,11 @@ class Gossip(BusCoreShell[GossipCore]):
             self.node, os.getpid(), connected=bus.connected, **self._core_options
         )
         patterns = wire.CLIENT_PATTERNS if self.core.client else wire.PATTERNS
+        # inline: both only tell this process, so they run where the bus reads, without the
+        # hop through the bus's own thread (a thread wake-up per message; docs/gossip.md)
         for pattern in patterns:
-            self._subscriptions.append(bus.subscribe(pattern, self._on_bus_message))
-        bus.add_state_listener(self._on_bus_state)
+            self._subscriptions.append(bus.subscribe(pattern, self._on_bus_message, inline=True))
+        bus.add_state_listener(self._on_bus_state, inline=True)
         if self._monitor is not None:
             monitor = self._monitor.proxy()
             monitor.subscribe(self.actor_ref).get(timeout=10)
@@ -229,6 +243,11 @@ class Gossip(BusCoreShell[GossipCore]):
         self._perform(self.core.elect(eid, topic, action, timeout, time.time()))
         return future
 
+    def _on_start_election(
+        self, message: _StartElection, now: float
+    ) -> concurrent.futures.Future[str]:
+        return self.start_election(message.eid, message.topic, message.action, message.timeout)
+
     def mingled_event(self) -> threading.Event:
         """Set once the start-up sync is over; wait on it with `wait_mingled(ref)`, never
         inside this process's own handler."""
@@ -285,7 +304,10 @@ class Gossip(BusCoreShell[GossipCore]):
         elif kind is RunElection:
             self._run_election(effect)
         elif kind is ElectionDecided:
-            log.info(
+            # DEBUG: the core's own Log effect ("node elected" / "I won the election") says
+            # it at INFO already; two INFO lines per node per election were a quarter of a
+            # storm's log lines (docs/gossip.md)
+            log.debug(
                 "gossip %s: %s elected for %r (%s)",
                 self.node,
                 effect.winner,
@@ -332,7 +354,7 @@ class Gossip(BusCoreShell[GossipCore]):
                 effect.topic,
             )
             return
-        log.info("gossip %s: I won the election %r", self.node, effect.election_id)
+        log.debug("gossip %s: I won the election %r", self.node, effect.election_id)  # as above
 
         def run() -> None:
             try:
@@ -359,7 +381,10 @@ def elect(ref: Any, eid: str, topic: str, action: Any = None, timeout: float = 1
     Blocks the calling thread (never the gossip process); raises ElectionError if the election
     fails or no result comes within `timeout` seconds.
     """
-    future = ref.proxy().start_election(eid, topic, action, timeout).get(timeout=10)
+    # A plain ask, not ref.proxy(): a proxy introspects every attribute of the actor when it
+    # is made (pykka), which cost more CPU than the election itself when every node of a
+    # storm asks at once (docs/gossip.md).
+    future = ref.ask(_StartElection(eid, topic, action, timeout), timeout=10)
     try:
         return future.result(timeout + 1.0)
     except concurrent.futures.TimeoutError:
