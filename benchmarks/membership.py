@@ -319,8 +319,18 @@ def run_one(factory: ClusterFactory, n: int, args: argparse.Namespace, root: Pat
             t0 = time.monotonic()
             processes = max(args.processes, -(-n // args.per_process))
             swarm = Swarm(template, n, processes, root / "swarm.log")
-            deadline = t0 + args.attach_timeout
+            deadline, next_line = t0 + args.attach_timeout, t0 + 10.0
             while not swarm.ready.wait(0.5):
+                if time.monotonic() >= next_line:  # progress, so a slow attach shows its shape
+                    next_line += 10.0
+                    with contextlib.suppress(Exception):
+                        members = c.client("a").ephemeral()
+                        print(
+                            f"  N={n}: {time.monotonic() - t0:.0f} s: a lists "
+                            f"{len(members['up'])} up, {len(members['down'])} down; "
+                            f"load {_load()}",
+                            flush=True,
+                        )
                 if swarm.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the swarm of {n} was not READY within {args.attach_timeout:g} s "

@@ -64,7 +64,7 @@ def _no_driver_info() -> dict[str, Any]:
 
 _CLIENT_OPTIONS = _no_driver_info()
 
-_PING_EVERY = 1.0  # seconds between PINGs on the pub/sub connection, when it is otherwise quiet
+_PING_EVERY = 2.0  # seconds between PINGs on the pub/sub connection, when it is otherwise quiet
 _DEAD_AFTER = 5.0  # no reply at all for this long: the connection is dead (blackhole, not reset)
 # Re-read the direct list without a wake-up: soon while frames wait for room in the inbox
 # (backpressure: no new wake-up comes for them), rarely otherwise (a wake-up published while
