@@ -83,7 +83,7 @@ log = logging.getLogger("mnesia_like")
 
 T = TypeVar("T")
 _REQ_IDS = itertools.count(1)  # next() on a count is atomic under the GIL
-MAINTENANCE = 1.0  # s: dumps of long logs, and fsync for fsync=<seconds>
+MAINTENANCE = 1.0  # s: dumps of long logs (in the background), and fsync for fsync=<seconds>
 _JITTER = random.Random()  # not the shared generator, which tests (hypothesis) seed and watch
 DEAD_STORE_CHECK = 0.2  # s: how often a waiting caller checks that the store still runs
 OUTBOX_MAX = 64  # messages gathered for other nodes before they go out though events wait
@@ -331,7 +331,9 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 due = tlog.sync_due
                 if due() if callable(due) else due:
                     tlog.sync()
-                tlog.maybe_dump()
+                # on the dump's own thread: the store's thread only switches the log (see
+                # disc_log "dumping in the background"); each tick moves a dump in flight on
+                tlog.maybe_dump(background=True)
             except Exception:
                 log.exception("mnesia: maintenance of the disc copy of %r failed", table)
         self._timers.set("_maintenance", MAINTENANCE)
