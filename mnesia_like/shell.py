@@ -73,7 +73,7 @@ from mnesia_like.effects import (
 )
 from mnesia_like.errors import Aborted, MnesiaError, Restart, Timeout
 from mnesia_like.schema_file import read_schema, schema_path, write_schema
-from mnesia_like.tx import DECISIONS
+from mnesia_like.tx import DECISIONS, PREPARED
 from monitors.core_shell import NodeCoreShell
 from monitors.dist import NetKernel
 from monitors.effects import CancelTimer, Log, Send, SetTimer
@@ -120,6 +120,9 @@ class _Batch:
     dirty: dict[str, TableLog] = field(default_factory=dict)
     held: list[Any] = field(default_factory=list)
     self_held: bool = False  # a message to ourselves is held: later ones wait behind it
+    # whether its fsync holds the effects that follow (False while it holds only lazy
+    # appends: a parallel commit's table writes, already durable in prepare records)
+    holds: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,14 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         tids: dict[str, int] = {}
         for table, d in sorted(((saved or {}).get("tables") or {}).items()):
             if isinstance(d, dict) and node in (d.get("disc") or []):
+                tlog = self._open(table)
+                disc[table] = dict(tlog.entries)
+                tids[table] = tlog.last_tid
+        # The node's own logs, in no schema: its decisions as a coordinator, and its prepare
+        # records (parallel commit), which the core takes back as outcomes or in doubt.
+        tdir = tables_dir(self.data_dir)
+        for table in (DECISIONS, PREPARED):
+            if (tdir / f"{table}.log").exists() or (tdir / f"{table}.snap").exists():
                 tlog = self._open(table)
                 disc[table] = dict(tlog.entries)
                 tids[table] = tlog.last_tid
@@ -379,14 +390,29 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                     "mnesia: sending %d message(s) to %r on %s failed", len(msgs), name, node
                 )
 
+    def _holding(self) -> bool:
+        """Whether an fsync is pending that the effects from here on must wait for."""
+        return bool(
+            (self._open_batch and self._open_batch.holds)
+            or (self._syncing and self._syncing[1].holds)
+        )
+
     def _perform_list(self, effects: Iterable[Any]) -> None:
         for effect in effects:
             kind = type(effect)
             if kind in _DISC_EFFECTS:
+                if kind is DiscCommit and effect.after and (self._open_batch or self._syncing):
+                    # waits until everything appended before it is on disc: performed when
+                    # the open batch is synced (_release), after the one being synced
+                    batch = self._open_batch
+                    if batch is None:
+                        batch = self._open_batch = _Batch()
+                    batch.held.append(effect)
+                    continue
                 self._perform_disc(effect)  # a failure ends the process: see the docstring
                 continue
             to_self = kind is Send and self._to_self(effect)
-            if (self._open_batch or self._syncing) and not self._may_pass(effect, kind, to_self):
+            if self._holding() and not self._may_pass(effect, kind, to_self):
                 batch = self._open_batch
                 if batch is None:
                     batch = self._open_batch = _Batch()  # waits for the batch being synced
@@ -431,14 +457,16 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         kind = type(effect)
         if kind is DiscCommit:
             tlog = self._log_of(effect.table)
+            tid = effect.tid or tlog.last_tid + 1  # 0: numbered here (the _prepared log)
             if self._fsync == "commit":
-                tlog.append_commit(effect.tid, effect.ops, sync=False)
+                tlog.append_commit(tid, effect.ops, sync=False)
                 batch = self._open_batch
                 if batch is None:
                     batch = self._open_batch = _Batch()
                 batch.dirty[effect.table] = tlog  # sealed at the end of the event
+                batch.holds = batch.holds or not effect.lazy
             else:
-                tlog.append_commit(effect.tid, effect.ops)
+                tlog.append_commit(tid, effect.ops)
         elif kind is ReplaceTable:
             self._log_of(effect.table).replace_all(effect.entries, effect.tid)
         elif kind is DropTable:
@@ -455,7 +483,9 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         what that opened), else on the fsync thread. A batch with nothing to sync (it waited
         for the one before it, or a dump synced it) performs what it held at once."""
         while self._syncing is None and self._open_batch is not None:
-            if not self.actor_inbox.empty():
+            if not self.actor_inbox.empty() or not self._open_batch.holds:
+                # (a batch of lazy appends alone: nothing waits for it, and an event that
+                # comes meanwhile must not wait for its fsync here either)
                 self._seal_to_thread()
                 return
             batch, self._open_batch = self._open_batch, None
@@ -496,6 +526,9 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         """Perform effects that waited for their batch's fsync, in order: they are past their
         barrier, even if a later batch is open now (its effects come after them)."""
         for effect in held:
+            if type(effect) is DiscCommit:
+                self._perform_disc(effect)  # an `after` append: a failure ends the process
+                continue
             if self._to_self(effect):
                 self._selfq.append(effect.msg)
                 continue
