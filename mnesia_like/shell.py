@@ -87,6 +87,9 @@ MAINTENANCE = 1.0  # s: dumps of long logs (in the background), and fsync for fs
 _JITTER = random.Random()  # not the shared generator, which tests (hypothesis) seed and watch
 DEAD_STORE_CHECK = 0.2  # s: how often a waiting caller checks that the store still runs
 OUTBOX_MAX = 64  # messages gathered for other nodes before they go out though events wait
+# s: a batch of lazy appends alone (a parallel commit's table writes) waits this long for a
+# commit that needs an fsync, so that one fsync covers both; then it is synced by itself
+LAZY_SYNC = 0.2
 _DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
 # Answers to a transaction's operations may pass a pending fsync: the caller acts on what they
 # carry only through the transaction's commit (or abort), whose answer waits for it.
@@ -123,6 +126,7 @@ class _Batch:
     # whether its fsync holds the effects that follow (False while it holds only lazy
     # appends: a parallel commit's table writes, already durable in prepare records)
     holds: bool = False
+    opened: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -483,9 +487,14 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         what that opened), else on the fsync thread. A batch with nothing to sync (it waited
         for the one before it, or a dump synced it) performs what it held at once."""
         while self._syncing is None and self._open_batch is not None:
-            if not self.actor_inbox.empty() or not self._open_batch.holds:
-                # (a batch of lazy appends alone: nothing waits for it, and an event that
-                # comes meanwhile must not wait for its fsync here either)
+            if not self._open_batch.holds:
+                # Lazy appends alone: nothing waits for them. They ride on the next fsync a
+                # commit needs (a prepare record, most often), or go after LAZY_SYNC (the
+                # maintenance timer comes by), and never on this thread.
+                if time.monotonic() - self._open_batch.opened >= LAZY_SYNC:
+                    self._seal_to_thread()
+                return
+            if not self.actor_inbox.empty():
                 self._seal_to_thread()
                 return
             batch, self._open_batch = self._open_batch, None
