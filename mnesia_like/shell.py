@@ -126,6 +126,7 @@ class _Batch:
     # whether its fsync holds the effects that follow (False while it holds only lazy
     # appends: a parallel commit's table writes, already durable in prepare records)
     holds: bool = False
+    needs_sync: bool = False  # it holds an append that is not lazy (an `after` one is lazy)
     opened: float = field(default_factory=time.monotonic)
 
 
@@ -157,11 +158,29 @@ class _Syncer:
         while (job := self._jobs.get()) is not None:
             batch, tickets = job
             errors: dict[str, BaseException] = {}
-            for table, ticket in tickets.items():
+
+            def run(
+                table: str, ticket: SyncTicket, errors: dict[str, BaseException] = errors
+            ) -> None:
                 try:
                     ticket.run()
                 except OSError as exc:
                     errors[table] = exc
+
+            # The logs of one batch are independent files: fsynced side by side, so that a
+            # prepare record and the table writes of the commit before it cost one fsync's
+            # time, not two (the batch is released once all are done).
+            items = list(tickets.items())
+            helpers = [
+                threading.Thread(target=run, args=item, name="mnesia-fsync-side", daemon=True)
+                for item in items[1:]
+            ]
+            for helper in helpers:
+                helper.start()
+            if items:
+                run(*items[0])
+            for helper in helpers:
+                helper.join()
             with contextlib.suppress(ActorDeadError):
                 self._ref.tell(_Synced(batch, errors))
 
@@ -420,6 +439,7 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 batch = self._open_batch
                 if batch is None:
                     batch = self._open_batch = _Batch()  # waits for the batch being synced
+                batch.holds = True  # what it holds waits for it: seal it without delay
                 batch.self_held = batch.self_held or to_self
                 batch.held.append(effect)  # after a commit that is not on disc yet
                 continue
@@ -468,7 +488,10 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 if batch is None:
                     batch = self._open_batch = _Batch()
                 batch.dirty[effect.table] = tlog  # sealed at the end of the event
-                batch.holds = batch.holds or not effect.lazy
+                # a lazy append, or a marker let through after its fsync barrier (nothing
+                # waits for it: a lost marker leaves the prepare record, resolved again)
+                if not (effect.lazy or effect.after):
+                    batch.holds = batch.needs_sync = True
             else:
                 tlog.append_commit(tid, effect.ops)
         elif kind is ReplaceTable:
@@ -487,6 +510,16 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         what that opened), else on the fsync thread. A batch with nothing to sync (it waited
         for the one before it, or a dump synced it) performs what it held at once."""
         while self._syncing is None and self._open_batch is not None:
+            batch = self._open_batch
+            if not batch.needs_sync and batch.holds:
+                # What it holds waited for the batch before it (synced now): nothing it
+                # appended is needed for them, only lazy appends. Out they go, but the
+                # `after` appends, which wait for this batch's own.
+                waiting = [e for e in batch.held if type(e) is not DiscCommit]
+                batch.held = [e for e in batch.held if type(e) is DiscCommit]
+                batch.holds = batch.self_held = False
+                self._release(waiting)
+                continue
             if not self._open_batch.holds:
                 # Lazy appends alone: nothing waits for them. They ride on the next fsync a
                 # commit needs (a prepare record, most often), or go after LAZY_SYNC (the
@@ -496,6 +529,9 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 return
             if not self.actor_inbox.empty():
                 self._seal_to_thread()
+                return
+            if len(self._open_batch.dirty) > 1:
+                self._seal_to_thread()  # several logs: fsynced side by side there
                 return
             batch, self._open_batch = self._open_batch, None
             for tlog in batch.dirty.values():
