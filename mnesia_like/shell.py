@@ -43,6 +43,7 @@ future in the caller's thread; the actor's thread never blocks on a caller.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -53,7 +54,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,34 @@ class _Synced:
     errors: dict[str, BaseException]
 
 
+_POOL: ThreadPoolExecutor | None = None  # fsync helpers, shared by the stores of a process
+
+
+def _side_by_side(calls: list[Callable[[], None]]) -> None:
+    """Run `calls` (fsyncs of different files) at the same time: the first on this thread,
+    the others on helper threads; return when all are done, raising the first error."""
+    global _POOL
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mnesia-fsync-side")
+    others = [_POOL.submit(call) for call in calls[1:]]
+    first: BaseException | None = None
+    try:
+        calls[0]()
+    except BaseException as exc:
+        first = exc
+    for fut in others:
+        try:
+            fut.result()
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
 class _Syncer:
     """The store's fsync thread: runs each batch's SyncTickets, then tells the store."""
 
@@ -170,17 +199,7 @@ class _Syncer:
             # The logs of one batch are independent files: fsynced side by side, so that a
             # prepare record and the table writes of the commit before it cost one fsync's
             # time, not two (the batch is released once all are done).
-            items = list(tickets.items())
-            helpers = [
-                threading.Thread(target=run, args=item, name="mnesia-fsync-side", daemon=True)
-                for item in items[1:]
-            ]
-            for helper in helpers:
-                helper.start()
-            if items:
-                run(*items[0])
-            for helper in helpers:
-                helper.join()
+            _side_by_side([functools.partial(run, t, k) for t, k in tickets.items()])
             with contextlib.suppress(ActorDeadError):
                 self._ref.tell(_Synced(batch, errors))
 
@@ -530,12 +549,10 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
             if not self.actor_inbox.empty():
                 self._seal_to_thread()
                 return
-            if len(self._open_batch.dirty) > 1:
-                self._seal_to_thread()  # several logs: fsynced side by side there
-                return
             batch, self._open_batch = self._open_batch, None
-            for tlog in batch.dirty.values():
-                tlog.sync()  # a failure raises: the process ends, the held effects never run
+            # side by side when there are several; a failure raises: the process ends, the
+            # held effects never run
+            _side_by_side([tlog.sync for tlog in batch.dirty.values()])
             self._release(batch.held)
 
     def _seal_to_thread(self) -> None:
