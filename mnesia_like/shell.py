@@ -550,6 +550,11 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 self._seal_to_thread()
                 return
             batch, self._open_batch = self._open_batch, None
+            if self._outbox:
+                # What was gathered passed its barrier already: out before this thread
+                # blocks on an fsync (a prepare's messages to the other participants, whose
+                # own fsyncs then run beside ours, not after them).
+                self._flush_sends()
             # side by side when there are several; a failure raises: the process ends, the
             # held effects never run
             _side_by_side([tlog.sync for tlog in batch.dirty.values()])
