@@ -887,6 +887,12 @@ def main() -> int:
         help="etcd part: where our stores run (default: both, alternating)",
     )
     parser.add_argument(
+        "--parallel-commit",
+        action="store_true",
+        help="our stores commit in parallel (MnesiaCore parallel_commit=True: one fsync, the "
+        "prepares', on a commit's path; off by default)",
+    )
+    parser.add_argument(
         "--blind",
         action="store_true",
         help="etcd part: our transaction only writes one record (no read), as a put does",
@@ -906,6 +912,9 @@ def main() -> int:
         "--dir", type=Path, default=None, help="where to write (default: a tmp dir)"
     )
     args = parser.parse_args()
+    if args.parallel_commit:
+        STORE_OPTIONS["parallel_commit"] = True
+        os.environ["RABBITRY_BENCH_PARALLEL_COMMIT"] = "1"  # for the replica processes
     etcd_clients = args.etcd_clients or args.clients or [1, 4, 16]
     args.clients = args.clients or [1, 4]
     if args.json and (args.part != ["etcd"] or len(etcd_clients) != 1):
@@ -934,6 +943,7 @@ def _json_main(args: argparse.Namespace, clients: int) -> int:
         load_start=load_start,
         load_end=[round(x, 2) for x in os.getloadavg()],
     )
+    result["parallel_commit"] = bool(args.parallel_commit)
     print(json.dumps(result), flush=True)
     return code
 

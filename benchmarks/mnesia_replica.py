@@ -10,6 +10,7 @@ prints "ready" and runs until its stdin closes (the benchmark ends, or dies: no 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -35,6 +36,8 @@ def main(argv: list[str]) -> int:
         startup_timeout=0.3,
         reconnect_interval=0.2,
         load_timeout=5.0,
+        # --parallel-commit of benchmarks/mnesia.py
+        parallel_commit=os.environ.get("RABBITRY_BENCH_PARALLEL_COMMIT") == "1",
     )
     print("ready", flush=True)
     try:

@@ -6,6 +6,19 @@ is two-phase: `prepare` to every replica written, the stamp given and the decisi
 (in the decision log too, unless this node is the only participant), `commit` with the
 stamp, and the caller answered once every participant acked or went down. A lock conflict
 ("die"), a participant lost or a no vote restarts the transaction.
+
+Parallel commit (`parallel=True`, off by default; as CockroachDB's parallel commits and Paxos
+Commit): when this node is itself a participant (and it is no schema operation), the
+transaction is committed once every participant has a prepare record on disc. Each writes
+its record before its yes vote, which carries a proposed stamp (its clock + 1); on the last
+yes vote the coordinator answers its caller at once, with the newest proposal as the stamp,
+and sends `commit` with it: no decision log, and one fsync (the prepares', in parallel) on
+the commit's path. After a crash the outcome is recovered from the participants alone: all
+prepared -> committed with the newest proposal; any participant without a record (it never
+voted yes, or aborted) vetoes -> aborted (termination.py). So a restart answer to the caller
+must never race a commit: on a lost participant our own part is aborted (its record deleted)
+before the answer, and a participant that never heard of the transaction refuses it from
+the first outcome question on.
 """
 
 from __future__ import annotations
@@ -16,8 +29,18 @@ from typing import Any
 from mnesia_like import records as rec
 from mnesia_like.effects import DiscCommit, MnesiaEffect, Reply
 from mnesia_like.errors import BadArgument, MnesiaError, NoSuchTable, Restart, TablesNotLoaded
+from mnesia_like.participant import Participant
 from mnesia_like.state import NodeState
-from mnesia_like.tx import DECISIONS, MAX_DECISIONS, SCHEMA, Bounded, CoordTx, Op, stamp_ok
+from mnesia_like.tx import (
+    DECISIONS,
+    MAX_DECISIONS,
+    SCHEMA,
+    Bounded,
+    CoordTx,
+    Op,
+    max_stamp,
+    stamp_ok,
+)
 
 
 class Coordinator:
@@ -26,9 +49,18 @@ class Coordinator:
     `outcomes` is the node's record of how transactions ended (shared with the participant):
     "committed" is written here at the decision, before any participant can ask."""
 
-    def __init__(self, state: NodeState, outcomes: Bounded) -> None:
+    def __init__(
+        self,
+        state: NodeState,
+        outcomes: Bounded,
+        participant: Participant | None = None,
+        *,
+        parallel: bool = False,
+    ) -> None:
         self.s = state
         self.outcomes = outcomes
+        self.participant = participant  # this node's: a parallel abort ends its part first
+        self.parallel = parallel and participant is not None
         self.txs: dict[str, CoordTx] = {}
         self._doomed: Bounded = Bounded()  # tid -> why it must restart
         self._ages: Bounded = Bounded()  # caller-chosen tid -> its age
@@ -240,7 +272,16 @@ class Coordinator:
         kind = "abort" if tx.phase == "preparing" else "release"
         if tx.phase == "preparing":
             self.outcomes.put(tx.tid, "aborted")
-        for n in sorted(tx.nodes):
+        nodes = sorted(tx.nodes)
+        if tx.parallel and tx.phase == "preparing" and self.participant is not None:
+            # Our own part first, in this event: its prepare record is deleted (or it will
+            # vote no) before the caller hears "restart", so that no crash can leave every
+            # participant prepared, which recovery would take for a commit (see above).
+            part = self.participant.txs.get(tx.tid)
+            if part is None or part.coord == self.s.node:
+                out += self.participant.release(tx.tid, "aborted")
+            nodes = [n for n in nodes if n != self.s.node]
+        for n in nodes:
             if n == self.s.node or n in self.s.connected:
                 out.append(self.s.send(n, kind, tid=tx.tid))
         if restart is not None:
@@ -275,6 +316,7 @@ class Coordinator:
             for n in nodes:
                 locks.setdefault(n, []).append([table, kj])
         parts = {t: sorted(ns) for t, ns in tx.write_nodes.items()}
+        tx.parallel = self.parallel and self.s.node in ops and SCHEMA not in parts
         tx.phase = "preparing"
         tx.pending = set(ops)
         out: list[MnesiaEffect] = []
@@ -286,6 +328,8 @@ class Coordinator:
             if n in locks:
                 # `fresh`: no lock round reached n, so n may not know the transaction yet
                 extra = {"locks": locks[n], "age": tx.age, "fresh": n not in tx.lock_nodes}
+            if tx.parallel:
+                extra["pc"] = True
             out.append(self.s.send(n, "prepare", tid=tx.tid, ops=ops[n], parts=parts, **extra))
         return out
 
@@ -351,9 +395,15 @@ class Coordinator:
         if not m["yes"]:
             self.s.learn_active(m["active"])
             return self.end_tx(tx, f"{sender} voted no: {m['why']}")
+        if tx.parallel:
+            if not stamp_ok(m.get("p")):
+                return self.end_tx(tx, f"{sender} voted yes without a proposed stamp")
+            tx.proposals[sender] = m["p"]
         tx.pending.discard(sender)
         if tx.pending:
             return []
+        if tx.parallel:
+            return self._parallel_commit(tx)
         # The decision. Recorded first, in memory and on disc (Mnesia's decision log), so
         # that outcome questions get it from now on, also after this node restarts: a
         # participant in doubt must never conclude "aborted" from our restart when we may
@@ -379,6 +429,29 @@ class Coordinator:
         return out + [
             self.s.send(n, "commit", tid=tx.tid, stamp=tx.stamp) for n in sorted(tx.nodes)
         ]
+
+    def _parallel_commit(self, tx: CoordTx) -> list[MnesiaEffect]:
+        """Every participant has its prepare record on disc: the transaction is committed.
+        The caller is answered now (the shell still holds the answer behind our own record's
+        fsync), and the commit goes out, to ourselves last (applying it here starts an
+        fsync that the messages to the others must not wait for)."""
+        tx.phase = "committed"
+        tx.stamp = max_stamp(list(tx.proposals.values()))
+        self.s.clock = max(self.s.clock, tx.stamp[0])
+        self.outcomes.put(tx.tid, "committed")
+        self.s.stamps.put(tx.tid, tx.stamp)
+        self.txs.pop(tx.tid, None)
+        self.decided(tx)
+        out: list[MnesiaEffect] = []
+        if tx.req is not None and tx.req >= 0:
+            out.append(Reply(tx.req, {"stamp": tx.stamp}))
+        others = sorted(tx.nodes - {self.s.node})
+        for n in [*others, self.s.node]:
+            out.append(self.s.send(n, "commit", tid=tx.tid, stamp=tx.stamp, pc=True))
+        return out
+
+    def decided(self, tx: CoordTx) -> None:
+        """A parallel commit is decided (a hook: the simulator's checker watches it)."""
 
     def _log_decision(self, tid: str, stamp: list[Any]) -> MnesiaEffect:
         ops: list[tuple[str, Any, Any]] = [

@@ -109,6 +109,7 @@ class MnesiaCore:
         reconnect_interval: float | None = 1.0,
         check_interval: float = 5.0,
         anti_entropy: bool = True,
+        parallel_commit: bool = False,
     ) -> None:
         if merge not in MERGE_MODES:
             raise BadArgument(f"merge must be one of {MERGE_MODES}, not {merge!r}")
@@ -142,7 +143,10 @@ class MnesiaCore:
             outcome_retry=outcome_retry,
             outcome_timeout=outcome_timeout,
         )
-        self.coordinator = self.coordinator_class(s, outcomes)
+        # parallel commit (coordinator.py): off by default, see docs/mnesia_like.md
+        self.coordinator = self.coordinator_class(
+            s, outcomes, self.participant, parallel=parallel_commit
+        )
         self.membership = Membership(
             s,
             self.writes,
@@ -226,6 +230,7 @@ class MnesiaCore:
         for n in sorted((s.db_nodes | s.extra_db_nodes) - {self.node}):
             out.append(Connect(n))
         out += s.persist()
+        out += self.termination.restored(now)  # prepare records of an earlier life
         out += self.membership.arm_ping()
         out.append(SetTimer("check", self.check_interval))
         if s.db_nodes | s.extra_db_nodes == {self.node}:

@@ -20,6 +20,12 @@ Crash safety rests on three rules:
   skipped, so replaying a log over a snapshot that already holds it changes nothing.
 
 A TableLog is not thread-safe: one actor owns it, as one Mnesia dumper owns a table's log.
+A dump may run in the background (`maybe_dump(background=True)`, `dump_start`): the log is
+switched to `<table>.log.next` (generation + 1) first, the snapshot of the table as of that
+switch is written on a thread of the dump's own while commits go on into the new log, and
+only then is the new log renamed over the old. open() replays the old log and the next one
+when a crash stopped a dump before its snapshot was in place, and the next one alone after;
+see "dumping in the background" below.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ import math
 import os
 import re
 import struct
+import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -55,6 +62,12 @@ _SNAP = struct.Struct("<4sQI")  # magic, payload length (a table may exceed 4 Gi
 DEFAULT_MAX_COMMIT_BYTES = 64 * 1024 * 1024
 DEFAULT_DUMP_RECORDS = 1000  # Mnesia's dump_log_write_threshold
 DEFAULT_DUMP_BYTES = 64 * 1024 * 1024  # and a size bound, so a few huge commits dump too
+# Entries encoded per call when writing a snapshot: the C encoder holds the GIL for a whole
+# call, and a background dump must leave the owner's thread its turns (about 1 ms a chunk).
+_SNAP_CHUNK = 1000
+# Tests only: called with (step, table log) at each step of a background dump ("next-ready",
+# "switched", "snapshot-renamed", "log-renamed"), to copy the files as a crash there leaves them.
+_DUMP_HOOK: Callable[[str, TableLog], None] | None = None
 
 # A table name becomes part of file names: letters, digits, "_", "-" and ".", not starting
 # with "." (no hidden files, no "..") and short enough that "<name>.snap.tmp" fits in 255 bytes.
@@ -186,6 +199,19 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass
+class _Scan:
+    """A log file as open() found it: its intact records from the start, and its generation."""
+
+    path: Path
+    data: bytes
+    text: str  # the intact part, decoded as latin-1 (see TableLog._decode)
+    spans: list[tuple[int, int]]  # (start, end) of each intact record, the header first
+    pos: int  # where the intact records end
+    size: int
+    gen: int | None  # the header's generation; None: missing, empty or headless
+
+
 def _frame(payload: bytes) -> bytes:
     return _RECORD.pack(LOG_MAGIC, len(payload), zlib.crc32(payload)) + payload
 
@@ -193,17 +219,39 @@ def _frame(payload: bytes) -> bytes:
 @dataclass(frozen=True)
 class SyncTicket:
     """An fsync of a log as of `nbytes` of generation `gen`, on a duplicate descriptor (see
-    `TableLog.sync_begin`). `run()` (any thread, once) syncs and closes the duplicate."""
+    `TableLog.sync_begin`). `run()` (any thread, once) syncs and closes the duplicate, after
+    the logs a background dump switched away from with records not yet synced (`carried`):
+    the commits in the new log follow theirs, and must not be acknowledged before them."""
 
     fd: int
     gen: int
     nbytes: int
+    carried: tuple[int, ...] = ()
 
     def run(self) -> None:
+        fds = (*self.carried, self.fd)
         try:
-            os.fdatasync(self.fd)
+            for fd in fds:
+                os.fdatasync(fd)
         finally:
-            os.close(self.fd)
+            for fd in fds:
+                os.close(fd)
+
+
+@dataclass
+class _Dump:
+    """A background dump in flight (see TableLog.dump_start): `phase` is "prepare" while its
+    thread makes the next log, then "write" while it writes the snapshot and renames."""
+
+    gen: int
+    phase: str = "prepare"
+    done: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    fd: int | None = None  # the next log, opened O_APPEND (the owner's once switched)
+    header_bytes: int = 0
+    entries: dict[str, Any] = field(default_factory=dict)  # what the snapshot holds, at tid
+    tid: int = 0
+    error: BaseException | None = None
 
 
 class TableLog:
@@ -233,6 +281,7 @@ class TableLog:
         self.dump_bytes = dump_bytes
         self.log_path = directory / f"{table}.log"
         self.snap_path = directory / f"{table}.snap"
+        self.next_path = directory / f"{table}.log.next"  # a background dump's new log
         self._lock_path = directory / f"{table}.lock"
         self.entries: dict[str, Any] = {}
         self.last_tid = 0
@@ -245,6 +294,9 @@ class TableLog:
         self._unsynced = False
         self._last_sync = time.monotonic()
         self._broken: str | None = None  # why appends are refused (the disc state is unknown)
+        self._carried: list[int] = []  # logs switched away from with records not yet synced
+        self._dump: _Dump | None = None  # a background dump in flight
+        self._gen_floor = 0  # generations at or below this may have files left: not reused
 
     # -- opening and recovery ---------------------------------------------------------------
 
@@ -311,12 +363,97 @@ class TableLog:
 
     def _load(self, repair: bool) -> None:
         started = time.perf_counter()
-        for leftover in (self.snap_path, self.log_path):  # a crash mid atomic_write
+        for leftover in (self.snap_path, self.log_path, self.next_path):  # mid atomic_write
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover.with_name(leftover.name + ".tmp"))
         snap_records, snap_tid = self._load_snapshot()
+        snap_gen = self._gen
+        main = self._scan(self.log_path)
+        nxt = self._scan(self.next_path)
+        # Which logs hold commits to replay over the snapshot (generation S), in order: the
+        # log of generation S, then a `.log.next` of S + 1 (a background dump switched to it
+        # and crashed before its snapshot was in place), or a `.log.next` of S alone (it
+        # crashed after the snapshot's rename, before the next log's). A log older than the
+        # snapshot is stale: everything in it is in the snapshot.
+        stale = main.gen is not None and main.gen < snap_gen
+        if main.gen is not None and main.gen > snap_gen:
+            raise DiscLogError(
+                f"{self.log_path}: log generation {main.gen!r} is newer than the snapshot's "
+                f"({snap_gen}, {self.snap_path}): the snapshot is missing or was "
+                "replaced by an older one"
+            )
+        live = [main] if main.gen == snap_gen else []
+        next_stale = nxt.gen is not None and nxt.gen < snap_gen
+        if nxt.gen is not None and not next_stale:
+            if not (
+                (nxt.gen == snap_gen and main.gen != snap_gen)
+                or (nxt.gen == snap_gen + 1 and main.gen in (None, snap_gen))
+            ):
+                raise DiscLogError(
+                    f"{self.next_path}: next log of generation {nxt.gen} cannot follow the "
+                    f"snapshot ({snap_gen}) and the log ({main.gen}): a file is missing or "
+                    "was replaced by an older one"
+                )
+            live.append(nxt)
+        use_main, use_next = main.gen == snap_gen, len(live) > int(main.gen == snap_gen)
+        replayed = skipped = truncated = 0
+        truncated_at: int | None = None
+        if stale:
+            skipped += len(main.spans) - 1
+        for scan in live:
+            r, k = self._replay(scan.text, scan.spans[1:], snap_tid, scan.path)
+            replayed, skipped = replayed + r, skipped + k
+        for scan in live:  # only now: a log refused above is left exactly as it was found
+            if scan.size > scan.pos:
+                self._cut(scan.path, scan.data, scan.pos, repair)
+                truncated += scan.size - scan.pos
+                truncated_at = scan.pos
+        if use_next:
+            # Finish the dump that crashed: a snapshot of all that was replayed, a fresh log,
+            # and only then the next log goes (a crash before that finds it stale).
+            self._gen = max(self._gen, nxt.gen or 0)
+            self._install(self.entries, self.last_tid)
+            os.unlink(self.next_path)
+            fsync_dir(self.directory)
+        elif use_main:
+            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+            self.log_bytes = main.pos
+            self.log_records = len(main.spans) - 1
+        else:
+            self._reset_log(self._gen)  # missing, empty, headless or stale: start it afresh
+        if next_stale:
+            os.unlink(self.next_path)
+            fsync_dir(self.directory)
+        self.recovered = Recovery(
+            snapshot_records=snap_records,
+            snapshot_tid=snap_tid,
+            replayed=replayed,
+            skipped=skipped,
+            truncated_bytes=truncated,
+            truncated_at=truncated_at,
+            stale_log=stale,
+            seconds=time.perf_counter() - started,
+        )
+        level = logging.INFO if truncated or stale or nxt.gen is not None else logging.DEBUG
+        log.log(
+            level,
+            "table %r: loaded %d entries from %s and replayed %d of %d log records in %.3f s%s%s%s",
+            self.table,
+            snap_records,
+            self.snap_path.name,
+            replayed,
+            replayed + skipped,
+            self.recovered.seconds,
+            f"; cut {truncated} bytes at offset {truncated_at}" if truncated else "",
+            "; discarded a log older than the snapshot" if stale else "",
+            "; finished a background dump a crash interrupted" if use_next else "",
+        )
+
+    def _scan(self, path: Path) -> _Scan:
+        """The intact records of a log file from its start, and its header's generation
+        (None if the file is missing, empty or headless)."""
         try:
-            data = self.log_path.read_bytes()
+            data = path.read_bytes()
         except FileNotFoundError:
             data = b""
         size = len(data)
@@ -328,69 +465,26 @@ class TableLog:
                 break
             spans.append((pos, end))
             pos = end
-        truncated = size - pos
-        replayed = skipped = 0
-        stale = False
-        if spans:
-            text = data[:pos].decode("latin-1")
-            header = self._decode(text, *spans[0])
-            if not isinstance(header, dict):
-                raise DiscLogError(
-                    f"{self.log_path}: offset 0 holds no log header ({str(header)[:200]})"
-                )
-            if header.get("format") != FORMAT:
-                raise DiscLogError(
-                    f"{self.log_path}: log format {header.get('format')!r} is not supported "
-                    f"(this rabbitry reads format {FORMAT})"
-                )
-            if header.get("table") != self.table:
-                raise DiscLogError(
-                    f"{self.log_path}: the log of table {header.get('table')!r}, not {self.table!r}"
-                )
-            gen = header.get("gen")
-            if gen != self._gen:
-                if not isinstance(gen, int) or gen > self._gen:
-                    raise DiscLogError(
-                        f"{self.log_path}: log generation {gen!r} is newer than the snapshot's "
-                        f"({self._gen}, {self.snap_path}): the snapshot is missing or was "
-                        "replaced by an older one"
-                    )
-                # The dump crashed after renaming the snapshot: everything here is in it.
-                stale = True
-                skipped = len(spans) - 1
-            else:
-                replayed, skipped = self._replay(text, spans[1:], snap_tid)
-        if truncated:  # only now: a log refused above is left exactly as it was found
-            self._cut(data, pos, repair)
-        if spans and not stale:
-            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
-            self.log_bytes = pos
-            self.log_records = len(spans) - 1
-        else:
-            self._reset_log(self._gen)  # missing, empty, headless or stale: start it afresh
-        self.recovered = Recovery(
-            snapshot_records=snap_records,
-            snapshot_tid=snap_tid,
-            replayed=replayed,
-            skipped=skipped,
-            truncated_bytes=truncated,
-            truncated_at=pos if truncated else None,
-            stale_log=stale,
-            seconds=time.perf_counter() - started,
-        )
-        level = logging.INFO if truncated or stale else logging.DEBUG
-        log.log(
-            level,
-            "table %r: loaded %d entries from %s and replayed %d of %d log records in %.3f s%s%s",
-            self.table,
-            snap_records,
-            self.snap_path.name,
-            replayed,
-            replayed + skipped,
-            self.recovered.seconds,
-            f"; cut {truncated} bytes at offset {pos}" if truncated else "",
-            "; discarded a log older than the snapshot" if stale else "",
-        )
+        scan = _Scan(path, data, data[:pos].decode("latin-1"), spans, pos, size, None)
+        if not spans:
+            return scan
+        header = self._decode(scan.text, *spans[0], path)
+        if not isinstance(header, dict):
+            raise DiscLogError(f"{path}: offset 0 holds no log header ({str(header)[:200]})")
+        if header.get("format") != FORMAT:
+            raise DiscLogError(
+                f"{path}: log format {header.get('format')!r} is not supported "
+                f"(this rabbitry reads format {FORMAT})"
+            )
+        if header.get("table") != self.table:
+            raise DiscLogError(
+                f"{path}: the log of table {header.get('table')!r}, not {self.table!r}"
+            )
+        gen = header.get("gen")
+        if not isinstance(gen, int) or isinstance(gen, bool):
+            raise DiscLogError(f"{path}: log header has no generation ({gen!r})")
+        scan.gen = gen
+        return scan
 
     def _load_snapshot(self) -> tuple[int, int]:
         try:
@@ -429,13 +523,13 @@ class TableLog:
         self._gen, self.last_tid, self.entries = gen, tid, entries
         return len(entries), tid
 
-    def _cut(self, data: bytes, pos: int, repair: bool) -> None:
+    def _cut(self, path: Path, data: bytes, pos: int, repair: bool) -> None:
         dropped = len(data) - pos
         following = _next_record(data, pos + 1, len(data))
         if following is not None:
             if not repair:
                 raise DiscLogError(
-                    f"{self.log_path}: damaged record at offset {pos}, followed by an intact "
+                    f"{path}: damaged record at offset {pos}, followed by an intact "
                     f"record at offset {following}: this is not a torn write at the tail, and "
                     "skipping it could lose committed transactions. Restore this table from a "
                     "replica, or open it with repair=True to cut the log at offset "
@@ -445,7 +539,7 @@ class TableLog:
                 "table %r: repair: cutting %s at offset %d, dropping %d bytes that include "
                 "intact records (the first at offset %d)",
                 self.table,
-                self.log_path,
+                path,
                 pos,
                 dropped,
                 following,
@@ -455,18 +549,18 @@ class TableLog:
                 "table %r: torn or corrupt tail in %s: cutting it at offset %d (%d bytes "
                 "dropped: a write a crash cut short, or damage at the very end)",
                 self.table,
-                self.log_path,
+                path,
                 pos,
                 dropped,
             )
-        fd = os.open(self.log_path, os.O_WRONLY)
+        fd = os.open(path, os.O_WRONLY)
         try:
             os.ftruncate(fd, pos)
             os.fsync(fd)
         finally:
             os.close(fd)
 
-    def _decode(self, text: str, start: int, end: int) -> Any:
+    def _decode(self, text: str, start: int, end: int, path: Path) -> Any:
         # `text` is the whole log decoded as latin-1 (one char per byte, so offsets agree;
         # payloads are ASCII): the C scanner parses each payload in place, with no slice,
         # bytes-to-str decode or wrapper call per record (40% off replaying a long log).
@@ -478,30 +572,30 @@ class TableLog:
             if stop == end:
                 return value
             problem = f"JSON that ends at offset {stop}, not {end}"
-        raise DiscLogError(
-            f"{self.log_path}: record at offset {start} has a good checksum but {problem}"
-        )
+        raise DiscLogError(f"{path}: record at offset {start} has a good checksum but {problem}")
 
-    def _replay(self, text: str, spans: list[tuple[int, int]], snap_tid: int) -> tuple[int, int]:
+    def _replay(
+        self, text: str, spans: list[tuple[int, int]], snap_tid: int, path: Path
+    ) -> tuple[int, int]:
         entries = self.entries
         replayed = skipped = 0
-        last = snap_tid
+        last = max(snap_tid, self.last_tid)  # a second log (`.log.next`) follows the first
         for start, end in spans:
-            record = self._decode(text, start, end)
+            record = self._decode(text, start, end, path)
             try:
                 tid, ops = record
                 if not isinstance(tid, int):
                     raise TypeError(tid)
             except (TypeError, ValueError):
                 raise DiscLogError(
-                    f"{self.log_path}: record at offset {start} is not a commit [tid, ops]"
+                    f"{path}: record at offset {start} is not a commit [tid, ops]"
                 ) from None
             if tid <= snap_tid:
                 skipped += 1  # already in the snapshot: replaying it again could undo a later op
                 continue
             if tid <= last:
                 raise DiscLogError(
-                    f"{self.log_path}: record at offset {start} has tid {tid}, not above the "
+                    f"{path}: record at offset {start} has tid {tid}, not above the "
                     f"previous one ({last}): the log is out of order"
                 )
             try:
@@ -514,7 +608,7 @@ class TableLog:
                         raise KeyError(op[0])
             except (IndexError, KeyError, TypeError):
                 raise DiscLogError(
-                    f"{self.log_path}: record at offset {start} (tid {tid}) has a malformed op"
+                    f"{path}: record at offset {start} (tid {tid}) has a malformed op"
                 ) from None
             last = tid
             replayed += 1
@@ -605,6 +699,10 @@ class TableLog:
     def _sync(self) -> None:
         assert self._fd is not None
         try:
+            while self._carried:  # the older log's records first: ours follow them
+                fd = self._carried[0]
+                os.fdatasync(fd)
+                os.close(self._carried.pop(0))
             os.fdatasync(self._fd)  # the data and the file size: all a reader needs
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: retrying
@@ -633,7 +731,8 @@ class TableLog:
         if not self._unsynced:
             return None
         assert self._fd is not None
-        return SyncTicket(os.dup(self._fd), self._gen, self.log_bytes)
+        carried, self._carried = tuple(self._carried), []  # the ticket syncs and closes them
+        return SyncTicket(os.dup(self._fd), self._gen, self.log_bytes, carried)
 
     def sync_end(self, ticket: SyncTicket, error: BaseException | None = None) -> None:
         """After `ticket.run()`: the appends it covered are on disc (appends made since stay
@@ -668,25 +767,177 @@ class TableLog:
         """True when the log has outgrown dump_records commits or dump_bytes bytes."""
         return self.log_records >= self.dump_records or self.log_bytes >= self.dump_bytes
 
-    def maybe_dump(self, records: int | None = None, nbytes: int | None = None) -> bool:
+    def maybe_dump(
+        self, records: int | None = None, nbytes: int | None = None, *, background: bool = False
+    ) -> bool:
         """Dump if the log holds at least `records` commits or `nbytes` bytes (defaults: the
-        thresholds given to open()), as Mnesia's dump_log_write_threshold does; True if it did."""
+        thresholds given to open()), as Mnesia's dump_log_write_threshold does; True if it did
+        (with `background`: if it started one).
+
+        `background=True` is for an owner that calls this from a timer: the dump runs on a
+        thread of its own (see `dump_start`), and each call moves one in flight on
+        (`dump_poll`), so the owner's thread never waits for the snapshot's write or fsyncs."""
+        if background and self._dump is not None:
+            self.dump_poll()
+            return False
         records = self.dump_records if records is None else records
         limit = self.dump_bytes if nbytes is None else nbytes
         if self.log_records >= records or self.log_bytes >= limit:
+            if background:
+                return self.dump_start()
             self.dump()
             return True
         return False
 
     def dump(self) -> None:
-        """Write a snapshot of `entries` at `last_tid`, then start an empty log.
+        """Write a snapshot of `entries` at `last_tid`, then start an empty log (on this
+        thread; a background dump in flight is finished first).
 
         The snapshot goes first, so a crash leaves the old snapshot and whole log, or the new
         snapshot and a log of the old generation, which open() discards (it holds nothing the
         snapshot lacks). Never a state that needs both.
         """
         self._usable()
+        self._dump_settle()
         self._install(self.entries, self.last_tid)
+
+    # -- dumping in the background ------------------------------------------------------------
+    #
+    # As Mnesia's dumper: the log is switched to a new one first, and the snapshot of the
+    # table as of that switch is written meanwhile, while commits go on into the new log.
+    # The steps, with G the generation of the snapshot and of the log:
+    #   1. (thread) `<T>.log.next` with a header of generation G+1: tmp, fsync, rename,
+    #      directory fsync. Nothing depends on it yet.
+    #   2. (owner, at its next dump_poll) the switch: appends go to `.log.next` from now on; the
+    #      old log, if it holds records not yet synced, is carried: the next fsync of the log
+    #      syncs it first (sync, sync_begin), so no commit of the new log is acknowledged
+    #      before those of the old. The snapshot's content is a shallow copy of `entries` at
+    #      `last_tid` (entries are never changed in place).
+    #   3. (thread) the snapshot of generation G+1: tmp, fsync, rename, directory fsync.
+    #   4. (thread) `.log.next` renamed over `<T>.log`, directory fsync.
+    # A crash after 1 or 2 leaves snapshot G, log G and next G+1: open() replays both logs.
+    # After 3: snapshot G+1, a stale log G, next G+1: open() replays next alone. After 4: the
+    # usual pair. open() finishes a dump it found interrupted with a dump of its own.
+
+    @property
+    def dumping(self) -> bool:
+        """True while a background dump is in flight."""
+        return self._dump is not None
+
+    def dump_start(self) -> bool:
+        """Start a background dump (False if one is in flight). The owner then calls
+        `dump_poll()` now and then (a timer): it switches the log when the thread has made
+        the next one, and ends the dump when the snapshot is in place."""
+        self._usable()
+        if self._dump is not None:
+            return False
+        job = _Dump(max(self._gen, self._gen_floor) + 1)
+        self._gen_floor = job.gen  # a crash may leave its `.log.next`: never reuse its number
+        self._dump = job
+        self._run(job, self._dump_prepare)
+        return True
+
+    def dump_poll(self) -> bool:
+        """Move a background dump on (owner's thread, never blocks); True while one is in
+        flight. A failure raises DiscLogError: before the switch the table is as it was;
+        after it this log refuses appends (reopen: open() recovers from the files)."""
+        job = self._dump
+        if job is None:
+            return False
+        if not job.done.is_set():
+            return True
+        if job.phase == "prepare":
+            if job.error is not None:
+                self._dump_drop(job)
+                raise DiscLogError(
+                    f"{self.next_path}: a background dump could not start the next log: "
+                    f"{job.error}; the table is unchanged"
+                ) from job.error
+            self._switch(job)
+            return True
+        self._dump = None
+        if job.error is not None:
+            self._broken = f"a background dump failed ({job.error})"
+            raise DiscLogError(
+                f"{self.snap_path}: a background dump failed: {job.error}; this log refuses "
+                "further appends: reopen the table to recover."
+            ) from job.error
+        return False
+
+    def _dump_settle(self) -> None:
+        """Wait for a background dump in flight (a replace_all, a close): one writing its
+        snapshot is finished, one still making its next log is given up."""
+        job = self._dump
+        if job is None:
+            return
+        assert job.thread is not None
+        job.thread.join()
+        if job.phase == "prepare":
+            self._dump_drop(job)
+            return
+        with contextlib.suppress(DiscLogError):  # a failure has marked this log broken
+            self.dump_poll()
+
+    def _dump_drop(self, job: _Dump) -> None:
+        self._dump = None
+        if job.fd is not None:
+            os.close(job.fd)
+            job.fd = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.next_path)
+        fsync_dir(self.directory)
+
+    def _run(self, job: _Dump, step: Callable[[_Dump], None]) -> None:
+        job.done.clear()
+        job.thread = threading.Thread(
+            target=self._dump_thread, args=(job, step), name=f"dump-{self.table}", daemon=True
+        )
+        job.thread.start()
+
+    @staticmethod
+    def _dump_thread(job: _Dump, step: Callable[[_Dump], None]) -> None:
+        try:
+            step(job)
+        except BaseException as exc:  # handed to the owner by dump_poll
+            job.error = exc
+        finally:
+            job.done.set()
+
+    def _dump_prepare(self, job: _Dump) -> None:
+        """Step 1, on the dump's thread."""
+        header = self._header(job.gen)
+        atomic_write(self.next_path, header)
+        job.fd = os.open(self.next_path, os.O_WRONLY | os.O_APPEND)
+        job.header_bytes = len(header)
+        if _DUMP_HOOK is not None:
+            _DUMP_HOOK("next-ready", self)
+
+    def _switch(self, job: _Dump) -> None:
+        """Step 2, on the owner's thread: microseconds, and a dict copy of the table."""
+        assert self._fd is not None and job.fd is not None
+        if self._unsynced:
+            self._carried.append(self._fd)  # synced, then closed, by the next fsync
+        else:
+            os.close(self._fd)
+        self._fd, job.fd = job.fd, None
+        self._gen = job.gen
+        self.log_bytes, self.log_records = job.header_bytes, 0
+        job.entries, job.tid = dict(self.entries), self.last_tid
+        job.phase = "write"
+        if _DUMP_HOOK is not None:
+            _DUMP_HOOK("switched", self)
+        self._run(job, self._dump_write)
+
+    def _dump_write(self, job: _Dump) -> None:
+        """Steps 3 and 4, on the dump's thread."""
+        self._write_snapshot(job.gen, job.tid, job.entries)
+        job.entries = {}
+        if _DUMP_HOOK is not None:
+            _DUMP_HOOK("snapshot-renamed", self)
+        os.replace(self.next_path, self.log_path)  # the owner's descriptor follows the file
+        fsync_dir(self.directory)
+        if _DUMP_HOOK is not None:
+            _DUMP_HOOK("log-renamed", self)
 
     def replace_all(self, entries: Mapping[str, Any], tid: int) -> None:
         """Make `entries` (key_json -> entry) at `tid` the whole table, atomically.
@@ -701,6 +952,8 @@ class TableLog:
             raise TypeError(f"table {self.table!r}: tid must be an int, not {tid!r}")
         if not isinstance(entries, Mapping):
             raise TypeError(f"table {self.table!r}: entries must map key_json -> entry")
+        self._dump_settle()
+        self._usable()
         entries = dict(entries)
         for kj in entries:
             if not isinstance(kj, str):
@@ -708,24 +961,38 @@ class TableLog:
         self._install(entries, tid)
 
     def _install(self, entries: dict[str, Any], tid: int) -> None:
-        gen = self._gen + 1
+        gen = max(self._gen, self._gen_floor) + 1
         self._write_snapshot(gen, tid, entries)  # encodes first: a bad entry writes nothing
         self._gen, self.entries, self.last_tid = gen, entries, tid
         # A crash here is the case open() handles as a stale log.
         self._reset_log(gen)
 
     def _write_snapshot(self, gen: int, tid: int, entries: Mapping[str, Any]) -> None:
-        doc = {"format": FORMAT, "table": self.table, "gen": gen, "tid": tid, "entries": entries}
+        # The text of `_encode(doc)`, made in chunks of entries (see _SNAP_CHUNK).
+        head = _encode({"format": FORMAT, "table": self.table, "gen": gen, "tid": tid})
+        parts = [f'{head[:-1]},"entries":{{'.encode()]
+        items = list(entries.items())
+        sep = ""
         try:
-            payload = _encode(doc).encode()
+            for i in range(0, len(items), _SNAP_CHUNK):
+                parts.append((sep + _encode(dict(items[i : i + _SNAP_CHUNK]))[1:-1]).encode())
+                sep = ","
         except (TypeError, ValueError) as exc:
             raise TypeError(f"table {self.table!r}: an entry is not JSON: {exc}") from None
-        atomic_write(
-            self.snap_path, [_SNAP.pack(SNAP_MAGIC, len(payload), zlib.crc32(payload)), payload]
-        )
+        parts.append(b"}}")
+        crc = 0
+        for part in parts:
+            crc = zlib.crc32(part, crc)
+        length = sum(len(part) for part in parts)
+        atomic_write(self.snap_path, [_SNAP.pack(SNAP_MAGIC, length, crc), *parts])
+
+    def _header(self, gen: int) -> bytes:
+        return _frame(_encode({"format": FORMAT, "table": self.table, "gen": gen}).encode())
 
     def _reset_log(self, gen: int) -> None:
-        header = _frame(_encode({"format": FORMAT, "table": self.table, "gen": gen}).encode())
+        header = self._header(gen)
+        while self._carried:  # their records are in the snapshot just written
+            os.close(self._carried.pop())
         try:
             if self._fd is not None:
                 os.close(self._fd)
@@ -764,7 +1031,9 @@ class TableLog:
     # -- ending ---------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """fsync whatever is pending (any policy: a clean stop loses nothing) and let go."""
+        """fsync whatever is pending (any policy: a clean stop loses nothing) and let go. A
+        background dump in flight is finished first (or given up before its switch)."""
+        self._dump_settle()
         if self._fd is not None:
             try:
                 if self._unsynced and self._broken is None:
@@ -772,6 +1041,8 @@ class TableLog:
             finally:
                 os.close(self._fd)
                 self._fd = None
+                while self._carried:
+                    os.close(self._carried.pop())
         self._release()
 
     def delete_files(self) -> None:
@@ -781,8 +1052,10 @@ class TableLog:
         # which opens as a whole table, never a log of a newer generation with no snapshot.
         for path in (
             self.log_path,
+            self.next_path,
             self.snap_path,
             self.log_path.with_name(self.log_path.name + ".tmp"),
+            self.next_path.with_name(self.next_path.name + ".tmp"),
             self.snap_path.with_name(self.snap_path.name + ".tmp"),
             self._lock_path,
         ):

@@ -32,11 +32,22 @@ class DiscCommit:
     `tid` is this node's per-table commit counter (strictly increasing per table); `ops` are
     `("put", key, entry)` (a tombstone is a put of an entry whose record is None, so deletes
     survive restarts for the lww merge) and `("del", key, None)` (a pruned tombstone).
+
+    Two relaxations, for a parallel commit (coordinator.py), whose writes are durable in the
+    participants' prepare records before they are applied:
+    - `lazy`: the append is fsynced with the next batch, but nothing waits for it (the effects
+      after it are not held): it only materialises what a prepare record already holds;
+    - `after`: the append waits until everything appended before it is on disc (the marker
+      that replaces a prepare record must never be on disc before the table's own append).
+    A `tid` of 0 (the `_prepared` log only) is numbered by the shell as the record reaches
+    the log.
     """
 
     table: str
     tid: int
     ops: tuple[tuple[str, Any, Any], ...]
+    lazy: bool = False
+    after: bool = False
 
 
 @dataclass(frozen=True)

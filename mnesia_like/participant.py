@@ -4,19 +4,36 @@ It grants locks (wait-die, locks.py) and serves the read that comes with one, ta
 write locks a `prepare` carries and then votes on it (no if it lost the transaction's locks,
 a lock died or the replica set misses a replica it knows to be active), and on `commit`
 writes its disc copies, with the commit's stamp, before its `ack`, applies and releases. What a prepared participant does when it loses its coordinator is termination.py.
+
+Parallel commit (a prepare with `pc`, see coordinator.py): the yes vote goes after a prepare
+record (the ops, the replica sets, the coordinator and a proposed stamp) in the `_prepared`
+disc log, and carries the proposal; the commit is then applied with lazy appends (the prepare
+record already holds it) and the record replaced by a committed marker once those are on disc.
+An abort deletes the record before anything that follows. A node that restarts with prepare
+records takes them back as in doubt (termination.py resolves them from the participants).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import deque
 from typing import Any
 
 from mnesia_like import records as rec
 from mnesia_like import schema as sch
-from mnesia_like.effects import MnesiaEffect
+from mnesia_like.effects import DiscCommit, MnesiaEffect
 from mnesia_like.locks import LockManager
 from mnesia_like.schema_changes import SchemaChanges
 from mnesia_like.state import NodeState
-from mnesia_like.tx import SCHEMA, Bounded, PartTx, age_ok, stamp_ok
+from mnesia_like.tx import (
+    MAX_PREPARED,
+    PREPARED,
+    SCHEMA,
+    Bounded,
+    PartTx,
+    age_ok,
+    stamp_ok,
+)
 from mnesia_like.writes import Writes
 from monitors.effects import CancelTimer, Log
 
@@ -37,6 +54,38 @@ class Participant:
         self.locks = LockManager()
         self.txs: dict[str, PartTx] = {}
         self.dead: Bounded = Bounded()  # tids released here (late locks refused)
+        self._markers: deque[str] = deque()  # committed markers in the _prepared log, oldest first
+        self._restore(state.disc_data.pop(PREPARED, {}))
+
+    def _restore(self, records: dict[str, Any]) -> None:
+        """Prepare records of an earlier life: committed markers become outcomes, prepared
+        ones transactions in doubt (termination.py asks about them once the node starts),
+        holding their write locks as an in-doubt Mnesia transaction does."""
+        doubt: list[tuple[str, dict[str, Any]]] = []
+        for kj, entry in records.items():
+            tid = rec.key_from_json(kj)
+            body = entry.get("r") if isinstance(entry, dict) else None
+            if not isinstance(tid, str) or not isinstance(body, dict):
+                continue
+            if body.get("d") == "committed":
+                self.outcomes.put(tid, "committed")
+                if stamp_ok(body.get("st")):
+                    self.s.stamps.put(tid, body["st"])
+                self._markers.append(tid)
+            elif isinstance(body.get("ops"), list) and isinstance(body.get("parts"), dict):
+                doubt.append((tid, body))
+        for tid, body in doubt:
+            part = PartTx(str(body.get("c")), [0, "", 0], prepared=True, parallel=True)
+            part.ops = [op for op in body["ops"] if isinstance(op, list) and len(op) == 3]
+            part.parts = {t: ns for t, ns in body["parts"].items() if isinstance(ns, list)}
+            part.proposal = body.get("p") if stamp_ok(body.get("p")) else [0, self.s.node]
+            self.txs[tid] = part
+            for table, kj, _entry in part.ops:
+                self.locks.request(tid, (0, "", 0), table, kj, "write")
+
+    def restored(self) -> list[str]:
+        """The transactions taken back in doubt from the disc (not yet asked about)."""
+        return [t for t, p in self.txs.items() if p.parallel and p.doubt_since is None]
 
     # ---- locks
 
@@ -109,12 +158,17 @@ class Participant:
         return out
 
     def release(self, tid: str, outcome: str | None) -> list[MnesiaEffect]:
-        """Forget `tid` here, release its locks (waking who waits), record its outcome."""
-        self.txs.pop(tid, None)
+        """Forget `tid` here, release its locks (waking who waits), record its outcome. An
+        aborted parallel prepare loses its record first: from then on this node vetoes it,
+        also after a restart (no record: it answers "aborted")."""
+        part = self.txs.pop(tid, None)
         self.dead.put(tid, True)
         if outcome is not None:
             self.outcomes.put(tid, outcome)
-        return [CancelTimer(f"outcome:{tid}"), *self._wake(self.locks.release(tid))]
+        out: list[MnesiaEffect] = []
+        if part is not None and part.parallel and outcome == "aborted":
+            out.append(DiscCommit(PREPARED, 0, (("del", tid, None),)))
+        return [*out, CancelTimer(f"outcome:{tid}"), *self._wake(self.locks.release(tid))]
 
     def on_release(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         part = self.txs.get(m["tid"])
@@ -221,10 +275,24 @@ class Participant:
         part.prepared = True
         part.ops = ops
         part.parts = parts
+        if m.get("pc") is True and SCHEMA not in parts:
+            # Parallel commit: the prepare record is on disc before the vote leaves (the
+            # shell holds the vote behind its fsync), with a proposed stamp newer than every
+            # entry here (the commit's stamp is the newest proposal: see coordinator.py).
+            part.parallel = True
+            s.clock += 1
+            part.proposal = [s.clock, s.node]
+            body = {"c": sender, "ops": ops, "parts": parts, "p": part.proposal}
+            record = DiscCommit(PREPARED, 0, (("put", tid, {"r": body, "s": part.proposal}),))
+            return [record, self._vote(sender, tid, True, "", part.proposal)]
         return [self._vote(sender, tid, True, "")]
 
-    def _vote(self, to: str, tid: str, yes: bool, why: str) -> MnesiaEffect:
+    def _vote(
+        self, to: str, tid: str, yes: bool, why: str, proposal: list[Any] | None = None
+    ) -> MnesiaEffect:
         active = {} if yes else self.s.active_map()
+        if proposal is not None:
+            return self.s.send(to, "vote", tid=tid, yes=yes, why=why, active=active, p=proposal)
         return self.s.send(to, "vote", tid=tid, yes=yes, why=why, active=active)
 
     def on_commit(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
@@ -232,10 +300,12 @@ class Participant:
         part = self.txs.get(tid)
         if part is None or not part.prepared:
             if self.outcomes.get(tid) == "committed":
-                return [self.s.send(sender, "ack", tid=tid)]
+                return [] if m.get("pc") else [self.s.send(sender, "ack", tid=tid)]
             return [Log.warning("commit for a transaction we did not prepare", tid=tid)]
         part.stamp = m.get("stamp")
         out = self.apply_commit(tid, part)
+        if part.parallel:
+            return out  # the coordinator answered its caller already: no ack to wait for
         return [*out, self.s.send(sender, "ack", tid=tid)]
 
     def apply_commit(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
@@ -257,8 +327,24 @@ class Participant:
                     out += self.schema.apply(rec.key_from_json(kj), entry)
             else:
                 out += self.writes.apply_entries(table, entries, targets=part.parts.get(table, []))
+        if part.parallel:
+            # The prepare records hold these writes already: the appends wait for no fsync,
+            # and the record becomes a committed marker once they are on disc.
+            out = [
+                dataclasses.replace(e, lazy=True) if isinstance(e, DiscCommit) else e for e in out
+            ]
+            out.append(self._marker(tid, stamp))
         out += self.release(tid, "committed")
         return out
+
+    def _marker(self, tid: str, stamp: list[Any] | None) -> DiscCommit:
+        ops: list[tuple[str, Any, Any]] = [
+            ("put", tid, {"r": {"d": "committed", "st": stamp}, "s": stamp or [0, ""]})
+        ]
+        self._markers.append(tid)
+        while len(self._markers) > MAX_PREPARED:
+            ops.append(("del", self._markers.popleft(), None))
+        return DiscCommit(PREPARED, 0, tuple(ops), after=True)
 
     def on_abort(self, sender: str, m: dict[str, Any], now: float) -> list[MnesiaEffect]:
         part = self.txs.get(m["tid"])
@@ -269,7 +355,11 @@ class Participant:
     def drop_all(self) -> list[MnesiaEffect]:
         """Forget every transaction here (this node reloads all its tables: autoheal)."""
         out: list[MnesiaEffect] = []
-        for tid in list(self.txs):
+        for tid, part in list(self.txs.items()):
+            if part.parallel and part.prepared:
+                # its prepare record decides with the others': it stays, and is resolved
+                # (and applied over the reloaded tables, by stamp) as in doubt
+                continue
             # not "aborted": another participant asking us must not conclude from our reload
             out += self.release(tid, "forgotten")
         return out

@@ -43,6 +43,7 @@ future in the caller's thread; the actor's thread never blocks on a caller.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -53,7 +54,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,7 @@ from mnesia_like.effects import (
 )
 from mnesia_like.errors import Aborted, MnesiaError, Restart, Timeout
 from mnesia_like.schema_file import read_schema, schema_path, write_schema
-from mnesia_like.tx import DECISIONS
+from mnesia_like.tx import DECISIONS, PREPARED
 from monitors.core_shell import NodeCoreShell
 from monitors.dist import NetKernel
 from monitors.effects import CancelTimer, Log, Send, SetTimer
@@ -83,10 +84,13 @@ log = logging.getLogger("mnesia_like")
 
 T = TypeVar("T")
 _REQ_IDS = itertools.count(1)  # next() on a count is atomic under the GIL
-MAINTENANCE = 1.0  # s: dumps of long logs, and fsync for fsync=<seconds>
+MAINTENANCE = 1.0  # s: dumps of long logs (in the background), and fsync for fsync=<seconds>
 _JITTER = random.Random()  # not the shared generator, which tests (hypothesis) seed and watch
 DEAD_STORE_CHECK = 0.2  # s: how often a waiting caller checks that the store still runs
 OUTBOX_MAX = 64  # messages gathered for other nodes before they go out though events wait
+# s: a batch of lazy appends alone (a parallel commit's table writes) waits this long for a
+# commit that needs an fsync, so that one fsync covers both; then it is synced by itself
+LAZY_SYNC = 0.2
 _DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
 # Answers to a transaction's operations may pass a pending fsync: the caller acts on what they
 # carry only through the transaction's commit (or abort), whose answer waits for it.
@@ -120,6 +124,11 @@ class _Batch:
     dirty: dict[str, TableLog] = field(default_factory=dict)
     held: list[Any] = field(default_factory=list)
     self_held: bool = False  # a message to ourselves is held: later ones wait behind it
+    # whether its fsync holds the effects that follow (False while it holds only lazy
+    # appends: a parallel commit's table writes, already durable in prepare records)
+    holds: bool = False
+    needs_sync: bool = False  # it holds an append that is not lazy (an `after` one is lazy)
+    opened: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,34 @@ class _Synced:
 
     batch: int
     errors: dict[str, BaseException]
+
+
+_POOL: ThreadPoolExecutor | None = None  # fsync helpers, shared by the stores of a process
+
+
+def _side_by_side(calls: list[Callable[[], None]]) -> None:
+    """Run `calls` (fsyncs of different files) at the same time: the first on this thread,
+    the others on helper threads; return when all are done, raising the first error."""
+    global _POOL
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mnesia-fsync-side")
+    others = [_POOL.submit(call) for call in calls[1:]]
+    first: BaseException | None = None
+    try:
+        calls[0]()
+    except BaseException as exc:
+        first = exc
+    for fut in others:
+        try:
+            fut.result()
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 class _Syncer:
@@ -150,11 +187,19 @@ class _Syncer:
         while (job := self._jobs.get()) is not None:
             batch, tickets = job
             errors: dict[str, BaseException] = {}
-            for table, ticket in tickets.items():
+
+            def run(
+                table: str, ticket: SyncTicket, errors: dict[str, BaseException] = errors
+            ) -> None:
                 try:
                     ticket.run()
                 except OSError as exc:
                     errors[table] = exc
+
+            # The logs of one batch are independent files: fsynced side by side, so that a
+            # prepare record and the table writes of the commit before it cost one fsync's
+            # time, not two (the batch is released once all are done).
+            _side_by_side([functools.partial(run, t, k) for t, k in tickets.items()])
             with contextlib.suppress(ActorDeadError):
                 self._ref.tell(_Synced(batch, errors))
 
@@ -225,6 +270,14 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         tids: dict[str, int] = {}
         for table, d in sorted(((saved or {}).get("tables") or {}).items()):
             if isinstance(d, dict) and node in (d.get("disc") or []):
+                tlog = self._open(table)
+                disc[table] = dict(tlog.entries)
+                tids[table] = tlog.last_tid
+        # The node's own logs, in no schema: its decisions as a coordinator, and its prepare
+        # records (parallel commit), which the core takes back as outcomes or in doubt.
+        tdir = tables_dir(self.data_dir)
+        for table in (DECISIONS, PREPARED):
+            if (tdir / f"{table}.log").exists() or (tdir / f"{table}.snap").exists():
                 tlog = self._open(table)
                 disc[table] = dict(tlog.entries)
                 tids[table] = tlog.last_tid
@@ -331,7 +384,9 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 due = tlog.sync_due
                 if due() if callable(due) else due:
                     tlog.sync()
-                tlog.maybe_dump()
+                # on the dump's own thread: the store's thread only switches the log (see
+                # disc_log "dumping in the background"); each tick moves a dump in flight on
+                tlog.maybe_dump(background=True)
             except Exception:
                 log.exception("mnesia: maintenance of the disc copy of %r failed", table)
         self._timers.set("_maintenance", MAINTENANCE)
@@ -377,17 +432,33 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                     "mnesia: sending %d message(s) to %r on %s failed", len(msgs), name, node
                 )
 
+    def _holding(self) -> bool:
+        """Whether an fsync is pending that the effects from here on must wait for."""
+        return bool(
+            (self._open_batch and self._open_batch.holds)
+            or (self._syncing and self._syncing[1].holds)
+        )
+
     def _perform_list(self, effects: Iterable[Any]) -> None:
         for effect in effects:
             kind = type(effect)
             if kind in _DISC_EFFECTS:
+                if kind is DiscCommit and effect.after and (self._open_batch or self._syncing):
+                    # waits until everything appended before it is on disc: performed when
+                    # the open batch is synced (_release), after the one being synced
+                    batch = self._open_batch
+                    if batch is None:
+                        batch = self._open_batch = _Batch()
+                    batch.held.append(effect)
+                    continue
                 self._perform_disc(effect)  # a failure ends the process: see the docstring
                 continue
             to_self = kind is Send and self._to_self(effect)
-            if (self._open_batch or self._syncing) and not self._may_pass(effect, kind, to_self):
+            if self._holding() and not self._may_pass(effect, kind, to_self):
                 batch = self._open_batch
                 if batch is None:
                     batch = self._open_batch = _Batch()  # waits for the batch being synced
+                batch.holds = True  # what it holds waits for it: seal it without delay
                 batch.self_held = batch.self_held or to_self
                 batch.held.append(effect)  # after a commit that is not on disc yet
                 continue
@@ -429,14 +500,19 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         kind = type(effect)
         if kind is DiscCommit:
             tlog = self._log_of(effect.table)
+            tid = effect.tid or tlog.last_tid + 1  # 0: numbered here (the _prepared log)
             if self._fsync == "commit":
-                tlog.append_commit(effect.tid, effect.ops, sync=False)
+                tlog.append_commit(tid, effect.ops, sync=False)
                 batch = self._open_batch
                 if batch is None:
                     batch = self._open_batch = _Batch()
                 batch.dirty[effect.table] = tlog  # sealed at the end of the event
+                # a lazy append, or a marker let through after its fsync barrier (nothing
+                # waits for it: a lost marker leaves the prepare record, resolved again)
+                if not (effect.lazy or effect.after):
+                    batch.holds = batch.needs_sync = True
             else:
-                tlog.append_commit(effect.tid, effect.ops)
+                tlog.append_commit(tid, effect.ops)
         elif kind is ReplaceTable:
             self._log_of(effect.table).replace_all(effect.entries, effect.tid)
         elif kind is DropTable:
@@ -453,12 +529,35 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         what that opened), else on the fsync thread. A batch with nothing to sync (it waited
         for the one before it, or a dump synced it) performs what it held at once."""
         while self._syncing is None and self._open_batch is not None:
+            batch = self._open_batch
+            if not batch.needs_sync and batch.holds:
+                # What it holds waited for the batch before it (synced now): nothing it
+                # appended is needed for them, only lazy appends. Out they go, but the
+                # `after` appends, which wait for this batch's own.
+                waiting = [e for e in batch.held if type(e) is not DiscCommit]
+                batch.held = [e for e in batch.held if type(e) is DiscCommit]
+                batch.holds = batch.self_held = False
+                self._release(waiting)
+                continue
+            if not self._open_batch.holds:
+                # Lazy appends alone: nothing waits for them. They ride on the next fsync a
+                # commit needs (a prepare record, most often), or go after LAZY_SYNC (the
+                # maintenance timer comes by), and never on this thread.
+                if time.monotonic() - self._open_batch.opened >= LAZY_SYNC:
+                    self._seal_to_thread()
+                return
             if not self.actor_inbox.empty():
                 self._seal_to_thread()
                 return
             batch, self._open_batch = self._open_batch, None
-            for tlog in batch.dirty.values():
-                tlog.sync()  # a failure raises: the process ends, the held effects never run
+            if self._outbox:
+                # What was gathered passed its barrier already: out before this thread
+                # blocks on an fsync (a prepare's messages to the other participants, whose
+                # own fsyncs then run beside ours, not after them).
+                self._flush_sends()
+            # side by side when there are several; a failure raises: the process ends, the
+            # held effects never run
+            _side_by_side([tlog.sync for tlog in batch.dirty.values()])
             self._release(batch.held)
 
     def _seal_to_thread(self) -> None:
@@ -494,6 +593,9 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         """Perform effects that waited for their batch's fsync, in order: they are past their
         barrier, even if a later batch is open now (its effects come after them)."""
         for effect in held:
+            if type(effect) is DiscCommit:
+                self._perform_disc(effect)  # an `after` append: a failure ends the process
+                continue
             if self._to_self(effect):
                 self._selfq.append(effect.msg)
                 continue

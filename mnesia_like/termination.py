@@ -8,6 +8,13 @@ answers when it is back; one that restarted answers "unknown", which proves noth
 decided that could still surface: abort. It asks again every `outcome_retry` s, and gives up
 with a presumed abort and a warning after `outcome_timeout` s. This node answers such
 questions too, from its outcomes and its own participant state.
+
+A parallel commit's participant (prepared durably, see coordinator.py) needs no coordinator:
+its question carries `pc`, every participant answers "prepared" with its proposed stamp while
+it holds a prepare record (in doubt or not), and one that never heard of the transaction
+refuses it from then on (it would vote no) and answers "aborted". All the others prepared ->
+committed, with the newest proposal as the stamp; "committed" or "aborted" from anyone ->
+that. Records found on disc at start are in doubt at once (`restored`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any
 from mnesia_like.effects import MnesiaEffect
 from mnesia_like.participant import Participant
 from mnesia_like.state import NodeState
-from mnesia_like.tx import Bounded, PartTx
+from mnesia_like.tx import Bounded, PartTx, max_stamp, stamp_ok
 from monitors.effects import Log, SetTimer
 
 
@@ -63,11 +70,36 @@ class Termination:
                 out += self._ask_outcome(tid, part)
         return out
 
+    def restored(self, now: float) -> list[MnesiaEffect]:
+        """At start: the prepare records found on disc are in doubt; ask about them (the
+        first questions go once the timer fires, when peers may be connected)."""
+        out: list[MnesiaEffect] = []
+        for tid in self.participant.restored():
+            part = self.participant.txs[tid]
+            part.doubt_since = now
+            out.append(
+                Log.warning(
+                    "transaction in doubt after a restart: its prepare record is on disc; "
+                    "asking the other participants",
+                    tid=tid,
+                    coordinator=part.coord,
+                )
+            )
+            out.append(SetTimer(f"outcome:{tid}", self.outcome_retry))
+        return out
+
     def _ask_outcome(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
         out: list[MnesiaEffect] = [SetTimer(f"outcome:{tid}", self.outcome_retry)]
+        extra = {"pc": True} if part.parallel else {}
         for n in sorted(self._others_of(part) | {part.coord}):
-            if n in self.s.connected and part.answers.get(n) not in ("doubt", "unknown"):
-                out.append(self.s.send(n, "outcome_q", tid=tid))
+            if n == self.s.node:
+                continue  # a restored record of a transaction we coordinated
+            if n in self.s.connected and part.answers.get(n) not in (
+                "doubt",
+                "unknown",
+                "prepared",
+            ):
+                out.append(self.s.send(n, "outcome_q", tid=tid, **extra))
         return out
 
     def _others_of(self, part: PartTx) -> set[str]:
@@ -81,6 +113,17 @@ class Termination:
             state = "unknown"
         if state is None:
             part = self.participant.txs.get(tid)
+            if part is not None and part.parallel and part.prepared:
+                # a prepare record: a fact that decides with the others', in doubt or not
+                return [
+                    self.s.send(sender, "outcome_r", tid=tid, state="prepared", p=part.proposal)
+                ]
+            if part is None and m.get("pc") is True and tid not in self.participant.dead:
+                # Never heard of it: refuse it from now on (a prepare still on its way gets
+                # a no vote), so "aborted" is true (parallel commit: no record, no commit).
+                self.participant.dead.put(tid, True)
+                self.outcomes.put(tid, "aborted")
+                return [self.s.send(sender, "outcome_r", tid=tid, state="aborted")]
             if part is None:
                 state = "aborted" if tid in self.participant.dead else "unknown"
             elif not part.prepared:
@@ -121,10 +164,35 @@ class Termination:
                 Log.info("transaction in doubt resolved: aborted", tid=tid, by=sender),
                 *self.participant.release(tid, "aborted"),
             ]
+        if part.parallel:
+            if state == "prepared" and stamp_ok(m.get("p")):
+                part.answers[sender] = "prepared"
+                part.proposals[sender] = m["p"]
+                return self._maybe_all_prepared(tid, part)
+            part.answers[sender] = state
+            return []
         if state == "unknown" and sender == part.coord:
             state = "gone"  # the coordinator restarted: it can send nothing any more
         part.answers[sender] = state
         return self._maybe_resolve(tid, part)
+
+    def _maybe_all_prepared(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
+        """Parallel commit: every other participant holds a prepare record -> committed."""
+        others = {n for ns in part.parts.values() for n in ns} - {self.s.node}
+        if not others <= {n for n, a in part.answers.items() if a == "prepared"}:
+            return []
+        proposals = [part.proposals[n] for n in others]
+        if part.proposal is not None:
+            proposals.append(part.proposal)
+        part.stamp = max_stamp(proposals)
+        self.s.clock = max(self.s.clock, part.stamp[0])
+        self.outcomes.put(tid, "committed")
+        self.s.stamps.put(tid, part.stamp)
+        part.parts = {}  # stale replica sets: forward to every replica active now
+        return [
+            Log.info("transaction in doubt resolved: every participant prepared", tid=tid),
+            *self.participant.apply_commit(tid, part),
+        ]
 
     def _maybe_resolve(self, tid: str, part: PartTx) -> list[MnesiaEffect]:
         # Only the coordinator's restart proves that no commit was decided that could still
@@ -145,6 +213,10 @@ class Termination:
         part = self.participant.txs.get(tid)
         if part is None or part.doubt_since is None:
             return []
+        if part.parallel:
+            done = self._maybe_all_prepared(tid, part)  # no other participant: ours decides
+            if done:
+                return done
         if now - part.doubt_since >= self.outcome_timeout:
             return [
                 Log.warning(
@@ -156,5 +228,6 @@ class Termination:
                 *self.participant.release(tid, "aborted"),
             ]
         # answers of nodes that may since have learnt something are asked again
-        part.answers = {n: s for n, s in part.answers.items() if s in ("doubt", "unknown", "gone")}
+        keep = ("doubt", "unknown", "gone", "prepared")
+        part.answers = {n: s for n, s in part.answers.items() if s in keep}
         return self._ask_outcome(tid, part)

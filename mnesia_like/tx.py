@@ -47,6 +47,12 @@ from typing import Any
 
 SCHEMA = "schema"  # the pseudo-table of schema operations: replicated on every running db node
 DECISIONS = "_decisions"  # the disc log of commit decisions this node took as coordinator
+# The disc log of this node's prepare records (parallel commit, see coordinator.py): per tid,
+# {"c": coordinator, "ops": ..., "parts": ..., "p": proposed stamp} while prepared, then
+# {"d": "committed", "st": stamp} once applied here. Its DiscCommits carry tid 0: the shell
+# (or the simulator) numbers them as they reach the log, since some wait for an fsync.
+PREPARED = "_prepared"
+MAX_PREPARED = 10000  # committed markers kept on disc (older ones are pruned)
 MAX_REMEMBERED = 20000  # outcomes and dead tids kept for late questions (bounded)
 MAX_DECISIONS = 10000  # decisions kept on disc (older ones are pruned)
 
@@ -92,6 +98,8 @@ class CoordTx:
     # (a write or delete buffered without a lock round)
     lazy: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     lock_nodes: set[str] = field(default_factory=set)  # the nodes asked for a lock so far
+    parallel: bool = False  # parallel commit: committed once every participant prepared
+    proposals: dict[str, list[Any]] = field(default_factory=dict)  # node -> proposed stamp
 
 
 @dataclass
@@ -110,6 +118,9 @@ class PartTx:
     stamp: list[Any] | None = None  # the commit's stamp, given at the decision
     doubt_since: float | None = None
     answers: dict[str, str] = field(default_factory=dict)
+    parallel: bool = False  # prepared durably (a prepare record), for a parallel commit
+    proposal: list[Any] | None = None  # the stamp this participant proposed with its vote
+    proposals: dict[str, list[Any]] = field(default_factory=dict)  # others', from answers
 
 
 class Bounded(OrderedDict):
@@ -129,6 +140,11 @@ def age_ok(age: list[Any]) -> bool:
         and isinstance(age[1], str)
         and isinstance(age[2], int)
     )
+
+
+def max_stamp(stamps: list[list[Any]]) -> list[Any]:
+    """The commit stamp of a parallel commit: the newest of the participants' proposals."""
+    return list(max((int(p[0]), str(p[1])) for p in stamps))
 
 
 def stamp_ok(stamp: Any) -> bool:

@@ -66,7 +66,7 @@ class Writes:
         s = self.s
         content = s.store.get(table)
         if content is None:
-            return []
+            return self._apply_to_disc_data(table, entries)
         out: list[MnesiaEffect] = []
         applied: list[list[Any]] = []
         for kj, entry in entries:
@@ -104,6 +104,22 @@ class Writes:
                     )
                 )
         return out
+
+    def _apply_to_disc_data(self, table: str, entries: list[list[Any]]) -> list[MnesiaEffect]:
+        """A commit for a disc table not loaded yet (a restarted node resolving an in-doubt
+        transaction): into the disc copy it will load from, if it loads from its own disc
+        (from a peer, the copy replaces it)."""
+        data = self.s.disc_data.get(table)
+        if data is None or not self.s.is_disc(table):
+            return []
+        ops: list[tuple[str, Any, Any]] = []
+        for kj, entry in entries:
+            if rec.newer(entry, data.get(kj)):
+                data[kj] = entry
+                ops.append(("put", rec.key_from_json(kj), entry))
+        if not ops:
+            return []
+        return [DiscCommit(table, self.s.next_disc_tid(table), tuple(ops))]
 
     def _prune_tombstones(self, table: str) -> list[tuple[str, Any, Any]]:
         """Tombstone retention: at most max_tombstones per table; the oldest go first.

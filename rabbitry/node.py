@@ -422,6 +422,7 @@ class Node:
             fsync=options.fsync,
             force_load=options.force_load,
             load_timeout=options.load_timeout,
+            parallel_commit=options.parallel_commit,
         )
         monitor = self._running_monitor()
 

@@ -66,7 +66,14 @@ _TLS_KEYS = ("certfile", "keyfile", "cafile")
 # (ecosystem_security.md §3). 16 bytes of a random token is the least we accept.
 MIN_COOKIE_BYTES = 16
 MAKE_COOKIE = "(umask 077; head -c 32 /dev/urandom | base64 > cookie)"
-_MNESIA_KEYS = ("merge", "fsync", "force_load", "load_timeout", "extra_db_nodes")
+_MNESIA_KEYS = (
+    "merge",
+    "fsync",
+    "force_load",
+    "load_timeout",
+    "extra_db_nodes",
+    "parallel_commit",
+)
 MERGE_MODES = ("none", "autoheal", "lww")
 _ALARM_KEYS = ("memory_high_watermark", "disk_free_limit")
 _GOSSIP_KEYS = (
@@ -152,6 +159,7 @@ class MnesiaOptions:
     force_load: bool = False
     load_timeout: float = 30.0
     extra_db_nodes: tuple[str, ...] | None = None
+    parallel_commit: bool = False  # off by default: see docs/mnesia_like.md
 
     def merge_for(self, partition_handling: PartitionHandling) -> str:
         if self.merge is not None:
@@ -594,6 +602,12 @@ class _NodeChecker(ConfigChecker):
             if not isinstance(section["force_load"], bool):
                 self.fail("mnesia.force_load", "true or false", show(section["force_load"]))
             values["force_load"] = section["force_load"]
+        if "parallel_commit" in section:
+            if not isinstance(section["parallel_commit"], bool):
+                self.fail(
+                    "mnesia.parallel_commit", "true or false", show(section["parallel_commit"])
+                )
+            values["parallel_commit"] = section["parallel_commit"]
         if "load_timeout" in section:
             values["load_timeout"] = self.duration(
                 section, "mnesia", "load_timeout", allow_zero=False

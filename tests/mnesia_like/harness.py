@@ -50,6 +50,9 @@ class Harness:
         self.events: list[tuple[str, MnesiaEvent]] = []
         self.logs: list[tuple[str, Log]] = []
         self.disc_commits = 0
+        # crash a node in the middle of an event: called after each effect it performs, a
+        # True answer crashes it there (the effects after it are never performed)
+        self.crash_after: Any = None
         self._req = itertools.count(1)
         self._inc = itertools.count(1)
 
@@ -130,44 +133,64 @@ class Harness:
     def perform(self, node: str, effects: list[Any]) -> None:
         disc = self.discs[node]
         for e in effects:
-            if isinstance(e, Send):
-                if e.node == node or self._connect(node, e.node):
-                    self.queue.append((node, e.node, json.loads(json.dumps(e.msg))))
-            elif isinstance(e, Connect):
-                self._connect(node, e.node)
-            elif isinstance(e, Disconnect):
-                self.cut(node, e.node)
-                self.blocked.discard(frozenset((node, e.node)))
-            elif isinstance(e, SetTimer):
-                self.timers[(node, e.key)] = (self.now + e.after, e.data)
-            elif isinstance(e, CancelTimer):
-                self.timers.pop((node, e.key), None)
-            elif isinstance(e, Log):
-                self.logs.append((node, e))
-            elif isinstance(e, Reply):
-                self.replies[node][e.req_id] = e
-            elif isinstance(e, MnesiaEvent):
-                self.events.append((node, e))
-            elif isinstance(e, PersistSchema):
-                disc.schema = json.loads(json.dumps(e.state))
-            elif isinstance(e, DiscCommit):
-                assert e.tid > disc.tids.get(e.table, 0), (node, e.table, e.tid)
-                content = disc.tables.setdefault(e.table, {})
-                for kind, key, entry in e.ops:
-                    kj = json.dumps(key, separators=(",", ":"), sort_keys=True)
-                    if kind == "put":
-                        content[kj] = json.loads(json.dumps(entry))
-                    else:
-                        content.pop(kj, None)
-                disc.tids[e.table] = e.tid
-                self.disc_commits += 1
-            elif isinstance(e, ReplaceTable):
-                disc.tables[e.table] = json.loads(json.dumps(e.entries))
-                disc.tids[e.table] = e.tid
-            elif isinstance(e, DropTable):
-                disc.tables.pop(e.table, None)
-            else:
-                raise AssertionError(f"unknown effect {e!r}")
+            if node not in self.cores:
+                return  # crashed by crash_after: it performs nothing more
+            self._perform(node, disc, e)
+            if self.crash_after is not None and self.crash_after(node, e):
+                # what it sent is on the wire (in the kernel's buffers): it arrives before
+                # the connection closes, as TCP delivers it after a kill -9
+                sent = [m for m in self.queue if m[0] == node and m[1] != node]
+                self.queue = deque(m for m in self.queue if m[0] != node)
+                del self.cores[node]
+                for src, dst, msg in sent:
+                    core = self.cores.get(dst)
+                    if core is not None and frozenset((src, dst)) in self.links:
+                        self.perform(dst, core.receive(src, msg, self.now))
+                self.cores[node] = None  # type: ignore[assignment]  # crash() pops it
+                self.crash(node)
+                return
+
+    def _perform(self, node: str, disc: Disc, e: Any) -> None:
+        if isinstance(e, Send):
+            if e.node == node or self._connect(node, e.node):
+                self.queue.append((node, e.node, json.loads(json.dumps(e.msg))))
+        elif isinstance(e, Connect):
+            self._connect(node, e.node)
+        elif isinstance(e, Disconnect):
+            self.cut(node, e.node)
+            self.blocked.discard(frozenset((node, e.node)))
+        elif isinstance(e, SetTimer):
+            self.timers[(node, e.key)] = (self.now + e.after, e.data)
+        elif isinstance(e, CancelTimer):
+            self.timers.pop((node, e.key), None)
+        elif isinstance(e, Log):
+            self.logs.append((node, e))
+        elif isinstance(e, Reply):
+            self.replies[node][e.req_id] = e
+        elif isinstance(e, MnesiaEvent):
+            self.events.append((node, e))
+        elif isinstance(e, PersistSchema):
+            disc.schema = json.loads(json.dumps(e.state))
+        elif isinstance(e, DiscCommit):
+            if e.tid == 0:  # numbered as it reaches the log (the _prepared log)
+                e = DiscCommit(e.table, disc.tids.get(e.table, 0) + 1, e.ops)
+            assert e.tid > disc.tids.get(e.table, 0), (node, e.table, e.tid)
+            content = disc.tables.setdefault(e.table, {})
+            for kind, key, entry in e.ops:
+                kj = json.dumps(key, separators=(",", ":"), sort_keys=True)
+                if kind == "put":
+                    content[kj] = json.loads(json.dumps(entry))
+                else:
+                    content.pop(kj, None)
+            disc.tids[e.table] = e.tid
+            self.disc_commits += 1
+        elif isinstance(e, ReplaceTable):
+            disc.tables[e.table] = json.loads(json.dumps(e.entries))
+            disc.tids[e.table] = e.tid
+        elif isinstance(e, DropTable):
+            disc.tables.pop(e.table, None)
+        else:
+            raise AssertionError(f"unknown effect {e!r}")
 
     def run(self, max_time: float = 5.0, deliver_limit: int = 100000) -> None:
         """Deliver everything; then fire timers due within `max_time` from now."""

@@ -592,3 +592,230 @@ def test_kill_9_loses_no_acknowledged_commit(
         for tid in acked:
             if tid % 5 != 2 or tid + 3 > t.last_tid:  # not deleted by a later commit
                 assert t.get(f"k{tid}") == {"v": "x" * (tid % 300), "ts": [tid, "w"], "del": False}
+
+
+# -- background dumps ---------------------------------------------------------------------------------
+
+
+def _copy_as_crash(src: Path, dst: Path) -> Path:
+    """The table's files as a kill -9 at this instant leaves them (the page cache survives)."""
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file():
+            (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def _run_dump_to_the_switch(t: TableLog) -> None:
+    assert t.dump_start()
+    job = t._dump
+    assert job is not None and job.thread is not None
+    job.thread.join(10)
+    assert t.dump_poll()  # the switch: the dump is still in flight, writing its snapshot
+
+
+def test_a_crash_at_every_step_of_a_background_dump_loses_no_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Commits go on (fsync per commit: each one acknowledged when it returns) between the
+    # steps; at each step the files are copied as a crash there would leave them, and each
+    # copy must open with every commit acknowledged by then, nothing more, nothing less.
+    from mnesia_like import disc_log
+
+    live = tmp_path / "live"
+    crashes: dict[str, tuple[Path, dict[str, Any], int]] = {}
+    t = TableLog.open(live, "t")
+    model: dict[str, Any] = {}
+    tid = 0
+
+    def commit(n: int) -> None:
+        nonlocal tid
+        for _ in range(n):
+            tid += 1
+            ops: list[Any] = [("put", f"k{tid}", entry(tid))]
+            if tid % 4 == 0:
+                ops.append(("del", f"k{tid - 2}", None))
+                model.pop(key_json(f"k{tid - 2}"), None)
+            t.append_commit(tid, ops)
+            model[key_json(f"k{tid}")] = entry(tid)
+
+    write_may_go = __import__("threading").Event()
+
+    def hook(step: str, tlog: TableLog) -> None:
+        if step == "snapshot-renamed":
+            assert write_may_go.wait(10)  # the owner commits while the snapshot is written
+        crashes[step] = (_copy_as_crash(live, tmp_path / step), dict(model), tid)
+
+    monkeypatch.setattr(disc_log, "_DUMP_HOOK", hook)
+    commit(20)
+    assert t.dump_start()
+    assert t._dump is not None and t._dump.thread is not None
+    t._dump.thread.join(10)  # "next-ready" copied: snapshot 0, log 0, next 1 (header only)
+    commit(3)  # still into the old log: the switch waits for the owner's poll
+    assert t.dump_poll()  # the switch ("switched" copied)
+    commit(10)  # into the next log while the thread writes the snapshot
+    write_may_go.set()
+    t._dump.thread.join(10)
+    assert not t.dump_poll() and not t.dumping  # "snapshot-renamed" and "log-renamed" copied
+    commit(5)
+    final = dict(model)
+    t.close()
+    monkeypatch.setattr(disc_log, "_DUMP_HOOK", None)
+    assert set(crashes) == {"next-ready", "switched", "snapshot-renamed", "log-renamed"}
+    # what each crash point leaves: both logs before the snapshot's rename, next alone after
+    assert (tmp_path / "next-ready" / "t.log.next").exists()
+    assert (tmp_path / "snapshot-renamed" / "t.log.next").exists()
+    assert not (tmp_path / "log-renamed" / "t.log.next").exists()
+    for step, (path, expected, last) in crashes.items():
+        with reopen(path) as c:
+            assert c.entries == expected, step
+            assert c.last_tid == last, step
+            c.append_commit(last + 1, [("put", "after", entry(0))])  # and it goes on
+        with reopen(path) as c:
+            assert c.get("after") == entry(0) and not c.next_path.exists(), step
+    with reopen(live) as t:
+        assert t.entries == final and t.last_tid == tid
+        assert t.recovered.snapshot_tid == 23 and t.recovered.replayed == 15
+
+
+def test_commits_proceed_while_a_background_dump_is_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The dump's thread is held inside its snapshot write; the owner's commits must not wait
+    # for it (each append returns, fsynced, while the dump is still in flight).
+    import threading
+
+    from mnesia_like import disc_log
+
+    held, release = threading.Event(), threading.Event()
+
+    def hook(step: str, tlog: TableLog) -> None:
+        if step == "snapshot-renamed":
+            held.set()
+            assert release.wait(10)
+
+    monkeypatch.setattr(disc_log, "_DUMP_HOOK", hook)
+    t = TableLog.open(tmp_path, "t", dump_records=5)
+    try:
+        for tid in range(1, 6):
+            t.append_commit(tid, [("put", tid, entry(tid))])
+        assert t.maybe_dump(background=True)
+        assert t._dump is not None and t._dump.thread is not None
+        t._dump.thread.join(10)
+        assert not t.maybe_dump(background=True)  # moves it on: the switch
+        assert held.wait(10)
+        for tid in range(6, 56):  # the dump is stuck in its thread: commits go on
+            t.append_commit(tid, [("put", tid, entry(tid))])
+            assert t.dumping and t._dump.thread.is_alive()
+        assert t.log_records == 50
+    finally:
+        release.set()
+        t.close()  # waits for the dump
+    with reopen(tmp_path) as t:
+        assert t.last_tid == 55 and len(t.entries) == 55
+        assert t.recovered.snapshot_tid == 5 and t.recovered.replayed == 50
+
+
+def test_group_commit_across_a_background_switch_syncs_the_old_log_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Records appended without fsync (group commit) just before the switch are in the old
+    # log; the next sync must cover them before the new log's, or a commit of the new log
+    # could be acknowledged while an earlier one is not on disc.
+    t = TableLog.open(tmp_path, "t")
+    t.append_commit(1, [("put", "a", entry(1))])
+    t.append_commit(2, [("put", "b", entry(2))], sync=False)
+    old_fd = t._fd
+    _run_dump_to_the_switch(t)
+    t.append_commit(3, [("put", "c", entry(3))], sync=False)
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    ticket = t.sync_begin()
+    assert ticket is not None and ticket.carried == (old_fd,)
+    ticket.run()
+    t.sync_end(ticket)
+    assert synced == [old_fd, ticket.fd] and not t.unsynced
+    monkeypatch.undo()
+    t.close()
+    with reopen(tmp_path) as t:
+        assert t.last_tid == 3 and set(t.entries) == {'"a"', '"b"', '"c"'}
+
+
+def test_close_and_replace_all_wait_for_a_background_dump(tmp_path: Path) -> None:
+    t = TableLog.open(tmp_path, "t")
+    for tid in range(1, 4):
+        t.append_commit(tid, [("put", tid, entry(tid))])
+    assert t.dump_start()  # given up before its switch: the table is as it was
+    t.replace_all({key_json("n"): entry("n")}, tid=9)
+    assert not t.dumping and not t.next_path.exists()
+    _run_dump_to_the_switch(t)
+    t.append_commit(10, [("put", "m", entry(10))])
+    t.close()
+    with reopen(tmp_path) as t:
+        assert set(t.entries) == {'"n"', '"m"'} and t.last_tid == 10
+        assert not t.next_path.exists() and t.recovered.snapshot_tid == 9
+
+
+def test_a_next_log_that_cannot_follow_the_files_is_refused(tmp_path: Path) -> None:
+    with TableLog.open(tmp_path, "t") as t:
+        t.append_commit(1, [("put", "a", entry(1))])
+        header = t._header(5)  # a generation no dump of these files could have made
+    (tmp_path / "t.log.next").write_bytes(header)
+    with pytest.raises(DiscLogError, match="cannot follow"):
+        reopen(tmp_path)
+
+
+_BG_WRITER = textwrap.dedent(
+    """
+    import sys
+    from mnesia_like.disc_log import TableLog
+
+    t = TableLog.open(sys.argv[1], "t", fsync="commit", dump_records=int(sys.argv[2]))
+    tid = t.last_tid
+    while True:
+        tid += 1
+        ops = [("put", f"k{tid}", {"v": "x" * (tid % 300), "ts": [tid, "w"], "del": False})]
+        if tid % 5 == 0:
+            ops.append(("del", f"k{tid - 3}", None))
+        t.append_commit(tid, ops)
+        sys.stdout.write(f"{tid}\\n")
+        sys.stdout.flush()
+        t.maybe_dump(background=True)
+    """
+)
+
+
+@pytest.mark.parametrize("dump_every", [5, 13])
+def test_kill_9_during_background_dumps_loses_no_acknowledged_commit(
+    tmp_path: Path, dump_every: int
+) -> None:
+    # As test_kill_9_loses_no_acknowledged_commit, with the dumps on their own thread: the
+    # kill lands at whatever step a dump is in (with dumps every few commits, some always is).
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BG_WRITER, str(tmp_path), str(dump_every)],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
+    assert child.stdout is not None
+    acked: list[int] = []
+    try:
+        while len(acked) < 400:
+            line = child.stdout.readline()
+            assert line, f"writer ended early (exit code {child.wait()})"
+            acked.append(int(line))
+        os.kill(child.pid, signal.SIGKILL)
+        rest = child.stdout.read()
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+    acked += [int(line) for line in rest.decode().splitlines(keepends=True) if line.endswith("\n")]
+    with TableLog.open(tmp_path, "t") as t:
+        assert max(acked) <= t.last_tid <= max(acked) + 1
+        assert set(t.entries) == _expected_keys(t.last_tid)
+        assert t.recovered.snapshot_tid > 0  # background dumps did happen

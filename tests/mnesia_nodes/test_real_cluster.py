@@ -85,7 +85,16 @@ class Writer(threading.Thread):
 
 
 def test_kill_9_during_writes_loses_no_committed_transaction(cluster: Any) -> None:
-    c = cluster(3, partition_handling="pause_minority", config={"mnesia": {}})
+    _kill_9_during_writes(cluster, {})
+
+
+def test_kill_9_during_parallel_commits_loses_no_committed_transaction(cluster: Any) -> None:
+    # the same with parallel commit (prepare records decide; the tables are written lazily)
+    _kill_9_during_writes(cluster, {"parallel_commit": True})
+
+
+def _kill_9_during_writes(cluster: Any, mnesia: dict[str, Any]) -> None:
+    c = cluster(3, partition_handling="pause_minority", config={"mnesia": mnesia})
     _create(c, [A, B, C])
     on_a, on_b = Writer(c, A, "a"), Writer(c, B, "b")
     on_a.start()

@@ -145,6 +145,9 @@ class Sim:
         self._kind_handlers: dict[str, dict[str, EffectHandler]] = {}
         self._subscribed: dict[str, bool] = {}  # core name -> has nodeup/nodedown
         self.observers: list[Observer] = []
+        # called after each effect a core returned is performed (node, effect); it may crash
+        # the node, which then performs none of the effects that follow (a crash mid-event)
+        self.effect_hook: Callable[[SimNode, Any], None] | None = None
         self.steps = 0  # core invocations, the unit of "events" in invariants
         self.core_steps: dict[str, int] = {}  # the same, per core name
         self.timer_fires: list[tuple[float, str, str, str]] = []  # only while recording
@@ -321,12 +324,17 @@ class Sim:
         self.trace.append((self.now, node.name, what, detail))
         if effects:
             common = self._common
+            incarnation = node.incarnation
             for eff in effects:
                 handler = common.get(type(eff))
                 if handler is not None:
                     handler(node, cname, eff)
                 else:
                     self._kind_effect(node, cname, eff)
+                if self.effect_hook is not None:
+                    self.effect_hook(node, eff)
+                    if node.incarnation != incarnation:
+                        break  # the hook crashed the node: it performs nothing more
         for obs in self.observers:
             obs.after_step(self, node)
 

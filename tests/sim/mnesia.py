@@ -124,6 +124,11 @@ class TracedCoordinator(Coordinator):
             self.record.participants[stamp] = {t: set(ns) for t, ns in tx.write_nodes.items()}
         return out
 
+    def decided(self, tx: Any) -> None:
+        """A parallel commit (the transaction ends here, with no phase to look at later)."""
+        stamp = (tx.stamp[0], tx.stamp[1])
+        self.record.participants[stamp] = {t: set(ns) for t, ns in tx.write_nodes.items()}
+
     def end_tx(self, tx: Any, restart: str | None) -> list[Any]:
         if tx.stamp is not None:
             self.record.aborted_stamps.add((tx.stamp[0], tx.stamp[1]))
@@ -224,7 +229,23 @@ class MnesiaKind:
     # ---- the disc
 
     def _disc_commit(self, sim: Sim, node: SimNode, cname: str, eff: Any) -> None:
+        # A lazy append (a parallel commit's table write) is on disc only once a later
+        # append that waits for its fsync is: until then a crash loses it (node.state goes
+        # with the crash), as the shell's group commit may.
+        if eff.lazy:
+            node.state.setdefault("lazy", []).append(eff)
+            return
+        self._flush_lazy(node)
+        self._write(node, eff)
+
+    def _flush_lazy(self, node: SimNode) -> None:
+        for eff in node.state.pop("lazy", []):
+            self._write(node, eff)
+
+    def _write(self, node: SimNode, eff: Any) -> None:
         tids = node.disk["mnesia_tids"]
+        if eff.tid == 0:  # numbered as it reaches the log (the _prepared log: see DiscCommit)
+            eff = type(eff)(eff.table, tids.get(eff.table, 0) + 1, eff.ops)
         if eff.tid <= tids.get(eff.table, 0):
             raise Violation(f"{node.name}: disc commit tid {eff.tid} not increasing")
         content = node.disk["mnesia_tables"].setdefault(eff.table, {})
@@ -236,10 +257,12 @@ class MnesiaKind:
         tids[eff.table] = eff.tid
 
     def _replace(self, sim: Sim, node: SimNode, cname: str, eff: Any) -> None:
+        self._flush_lazy(node)
         node.disk["mnesia_tables"][eff.table] = dict(eff.entries)
         node.disk["mnesia_tids"][eff.table] = eff.tid
 
     def _drop(self, sim: Sim, node: SimNode, cname: str, eff: Any) -> None:
+        self._flush_lazy(node)
         node.disk["mnesia_tables"].pop(eff.table, None)
 
     def _persist(self, sim: Sim, node: SimNode, cname: str, eff: Any) -> None:
@@ -390,6 +413,7 @@ class MnesiaRun:
     sim: Sim
     kind: MnesiaKind
     record: Record
+    steps: int = 0  # crash points (see step_crashes), for the replay line
 
     def report(self, violation: BaseException) -> str:
         s = self.schedule
@@ -400,9 +424,82 @@ class MnesiaRun:
                 "last 80 trace entries:",
                 self.sim.format_trace(80),
                 f"replay: python -m tests.sim.mnesia --seed {s.seed} --nodes {len(s.nodes)} "
-                f"--merge {s.merge}{' --wread' if self.kind.wread else ''} --trace 400",
+                f"--merge {s.merge}{' --wread' if self.kind.wread else ''}"
+                f"{' --parallel' if self.kind.options.get('parallel_commit') else ''}"
+                f"{f' --steps {self.steps}' if self.steps else ''} --trace 400",
             ]
         )
+
+
+# The steps of a commit a crash point may follow (see step_crashes and _step_of).
+STEPS = ("any", "record", "vote", "reply", "commit", "table", "marker", "abort")
+
+
+def step_crashes(seed: int, schedule: MnesiaSchedule, count: int = 3) -> list[tuple[str, str, int]]:
+    """Crash points for `schedule`: (node, step, n), the node is killed right after the n-th
+    effect of that step it performs ("any": any effect; "record": a prepare record written,
+    "vote", "reply": a final answer ("acked": of a commit), "commit", "table": a table append,
+    "marker": a committed
+    marker, "abort": a prepare record deleted), in the middle of an event's effects, as a kill
+    -9 lands between two system calls; after a "vote" the vote's receiver is killed too,
+    right after it next acknowledges a commit. Drawn apart from the schedule's own faults."""
+    rng = random.Random(f"rabbitry-mnesia-sim/steps/{seed}/{len(schedule.nodes)}")
+    points = []
+    for _ in range(count):
+        step = rng.choice(STEPS)
+        n = rng.randint(20, 1500) if step == "any" else rng.randint(1, 40)
+        points.append((rng.choice(schedule.nodes), step, n))
+    return points
+
+
+def _step_of(eff: Any) -> str | None:
+    kind = type(eff).__name__
+    if kind == "Send":
+        t = eff.msg.get("t") if isinstance(eff.msg, dict) else None
+        return t if t in ("vote", "commit") else None
+    if kind == "Reply":
+        value = eff.value
+        return "acked" if isinstance(value, dict) and value.get("stamp") else "reply"
+    if kind == "DiscCommit":
+        if eff.table == "_prepared":
+            if eff.after:
+                return "marker"
+            return "abort" if eff.ops and eff.ops[0][0] == "del" else "record"
+        return "table"
+    return None
+
+
+def _arm_step_crashes(
+    sim: Sim, schedule: MnesiaSchedule, points: list[tuple[str, str, int]]
+) -> None:
+    counts: dict[tuple[str, str], int] = {}
+    plan: dict[tuple[str, str], set[int]] = {}
+    for name, step, n in points:
+        plan.setdefault((name, step), set()).add(n)
+
+    def reboot(name: str) -> None:
+        if not sim.nodes[name].alive:
+            sim.boot(name)
+
+    def hook(node: SimNode, eff: Any) -> None:
+        step_of = _step_of(eff)
+        for step in ("any", step_of, "reply" if step_of == "acked" else None):
+            if step is None:
+                continue
+            key = (node.name, step)
+            n = counts[key] = counts.get(key, 0) + 1
+            if n in plan.get(key, ()) and sim.now < schedule.heal_at - 1.0:
+                sim.record(node, "step_crash", f"after {step} {n}: {type(eff).__name__}")
+                if step == "vote" and eff.node != node.name:
+                    # a double failure: the coordinator goes too, right after it next
+                    # acknowledges a commit (then only the participants know the outcome)
+                    to = (eff.node, "acked")
+                    plan.setdefault(to, set()).add(counts.get(to, 0) + 1)
+                sim.crash(node.name)
+                sim.at(sim.now + sim.rng.uniform(0.05, 0.8), reboot, node.name)
+                return
+
+    sim.effect_hook = hook
 
 
 def _heal_everything(sim: Sim) -> None:
@@ -417,9 +514,12 @@ def prepare(
     trace_len: int | None = 300,
     *,
     wread: bool = False,
+    crash_points: list[tuple[str, str, int]] | None = None,
     **core_options: Any,
 ) -> MnesiaRun:
-    """A run of `schedule`, ready to go; `wread`: the transactions read with write locks."""
+    """A run of `schedule`, ready to go; `wread`: the transactions read with write locks;
+    `crash_points`: (node, step, n) kills the node right after its n-th effect of that step
+    (see step_crashes)."""
     sim = Sim(schedule.seed, net=NetConfig(net_ticktime=1.0), trace_len=trace_len)
     record = Record()
     kind = MnesiaKind(list(schedule.nodes), schedule.merge, record, stop_at=schedule.heal_at)
@@ -432,6 +532,8 @@ def prepare(
         for op in f.ops:
             sim.at(op.at, apply_fault, sim, op)
     sim.at(schedule.heal_at, _heal_everything, sim)
+    if crash_points:
+        _arm_step_crashes(sim, schedule, crash_points)
     sim.boot(*schedule.nodes)
     return MnesiaRun(schedule, sim, kind, record)
 
@@ -505,11 +607,20 @@ def sweep_scale() -> float:
 
 
 def run_seed(
-    seed: int, n_nodes: int, merge: str, *, wread: bool = False, **core_options: Any
+    seed: int,
+    n_nodes: int,
+    merge: str,
+    *,
+    wread: bool = False,
+    steps: int = 0,
+    **core_options: Any,
 ) -> tuple[MnesiaRun, Violation | None]:
-    """Run one named schedule; the run and its violation (None if every invariant held)."""
+    """Run one named schedule; the run and its violation (None if every invariant held).
+    `steps`: that many crash points besides the schedule's faults (step_crashes)."""
     schedule = generate(seed, n_nodes, merge)
-    run = prepare(schedule, wread=wread, **core_options)
+    points = step_crashes(seed, schedule, steps) if steps else None
+    run = prepare(schedule, wread=wread, crash_points=points, **core_options)
+    run.steps = steps
     try:
         run.sim.run_until(schedule.end)
         check_end(run)
@@ -535,14 +646,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", type=int, default=0, help="run this many seeds per size and mode")
     p.add_argument("--first", type=int, default=0, help="the first seed of a sweep")
     p.add_argument("--wread", action="store_true", help="transactions read with write locks")
+    p.add_argument("--parallel", action="store_true", help="parallel commit (parallel_commit=True)")
+    p.add_argument("--steps", type=int, default=0, help="crash points per schedule (mid-event)")
     a = p.parse_args(argv)
+    opts: dict[str, Any] = {"parallel_commit": True} if a.parallel else {}
+    if a.steps:
+        opts["steps"] = a.steps
     nodes = sizes(a.nodes)
     merges = MERGES if a.merge == "all" else (a.merge,)
     if a.seed is not None:
         status = 0
         for n in nodes:
             for merge in merges:
-                run, v = run_seed(a.seed, n, merge, wread=a.wread)
+                run, v = run_seed(a.seed, n, merge, wread=a.wread, **opts)
                 print(run.report(v) if v else f"ok seed={a.seed} nodes={n} merge={merge}")
                 if a.trace and not v:
                     print(run.sim.format_trace(a.trace))
@@ -555,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.process_time()
             bad = []
             for seed in range(a.first, a.first + a.sweep):
-                _run, v = run_seed(seed, n, merge, wread=a.wread)
+                _run, v = run_seed(seed, n, merge, wread=a.wread, **opts)
                 total += 1
                 if v is not None:
                     bad.append(f"{seed} ({str(v).split(':')[0]})")

@@ -31,6 +31,18 @@ WREAD_PLAN = {
     ("lww", 3): 10,
 }
 
+# The same with parallel commit (parallel_commit=True: prepare records decide, no decision
+# log), and three crash points per schedule besides its faults: a node killed right after
+# its n-th effect, between a prepare record and its vote, a reply and its commits, ...
+PARALLEL_PLAN = {
+    ("none", 3): 25,
+    ("none", 5): 10,
+    ("autoheal", 3): 15,
+    ("autoheal", 4): 10,
+    ("lww", 3): 15,
+    ("lww", 5): 10,
+}
+
 # Schedules the current core is known to fail (strict xfail: a fix turns them into XPASS,
 # which fails the suite until the entry is removed). docs/mnesia_like.md says what each is.
 KNOWN_FAILURES: dict[tuple[str, int, int], str] = {}
@@ -89,6 +101,21 @@ def test_random_schedules(merge: str, nodes: int, seed: int) -> None:
 )
 def test_random_schedules_with_wread(merge: str, nodes: int, seed: int) -> None:
     run, v = run_seed(seed, nodes, merge, wread=True)
+    if v is not None:
+        pytest.fail(run.report(v), pytrace=False)
+    assert run.record.committed > 0
+
+
+@pytest.mark.parametrize(
+    ("merge", "nodes", "seed"),
+    [
+        pytest.param(merge, nodes, seed, id=f"parallel-{merge}-{nodes}-{seed}")
+        for (merge, nodes), count in PARALLEL_PLAN.items()
+        for seed in range(max(1, round(count * sweep_scale())))
+    ],
+)
+def test_random_schedules_with_parallel_commit(merge: str, nodes: int, seed: int) -> None:
+    run, v = run_seed(seed, nodes, merge, steps=3, parallel_commit=True)
     if v is not None:
         pytest.fail(run.report(v), pytrace=False)
     assert run.record.committed > 0
