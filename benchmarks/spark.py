@@ -257,8 +257,13 @@ def profile(spark: Any, data: Any, work: Path, opts: PipelineOptions) -> None:
                 "cumulative",
                 ("verdict_columns", "reject_columns"),
             ),
-            ("waiting for the claim thread's answers", "cumulative", ("_take",)),
-            ("ids to Python strings for the claim", "cumulative", ("submit",)),
+            ("waiting for the claim threads' answers", "cumulative", ("_take",)),
+            (
+                "ids to Python strings, sorted out (revoked, repeats)",
+                "cumulative",
+                ("submit",),
+            ),
+            ("  of which the revoked set", "cumulative", ("revoked_ids",)),
         ),
     )
     if claim_files:
@@ -266,13 +271,12 @@ def profile(spark: Any, data: Any, work: Path, opts: PipelineOptions) -> None:
             pstats.Stats(*claim_files),
             "claim threads",
             (
-                ("claims (check, revoked, script call + WAIT)", "cumulative", ("claim_ids",)),
+                ("claims sent (check, script call + WAIT)", "cumulative", ("send",)),
                 (
                     "  of which the node's check (require_running)",
                     "cumulative",
                     ("require_running",),
                 ),
-                ("  of which the revoked set", "cumulative", ("revoked_ids",)),
                 ("  of which sending (redis-py)", "own", ("method 'sendall'",)),
                 (
                     "  of which waiting for Redis (script, replica, WAIT)",
