@@ -5,10 +5,11 @@
          the lines (rabbitry.pipeline.chunks: Arrow's JSON reader and Arrow compute, or the
          row-at-a-time rules for a slice they cannot vouch for), claim them
          (rabbitry.spark.claims: require_running, revoked, one script call for the batch,
-         HMGET then HSET on the run's claim hash, with its WAIT: one round trip), Arrow
-         batches of verdicts out, numbered by line within the partition, and last a row with
-         the partition's line count; cached
-      -> counts per verdict and per partition's lines (the job that runs the pass)
+         HMGET then HSET on the run's claim hash, with its WAIT: one round trip; up to
+         claims_in_flight batches at once), Arrow batches of verdicts out, numbered by line
+         within the partition, and last a row with the partition's line count and its
+         verdicts per kind; cached
+      -> those last rows, collected (_tally: the ONE Spark job that runs the pass)
       -> Parquet: id, payload, node, partition, line  (the verdicts "process", each line
          number moved by the lines of the partitions before it; JVM only, from the cache)
       -> the rejects to <output>.rejects.jsonl (from the cache)
@@ -19,8 +20,9 @@ them. (An earlier version counted them first, in a JVM job that read the whole i
 pass: seconds of "0 messages" at the start of every run, issue 27.)
 
 Python touches the data once, on Arrow batches, and column by column: no pickled rows, no
-second pass, no Python object per message except the id's string for the claim. The counts come from the cached verdicts, so retried attempts (which
-Spark does not keep) never inflate them. Live progress: each batch's script also records the
+second pass, no Python object per message except the id's string for the claim. The counts
+come from the last row of each partition's cached output, written by the attempt whose
+verdicts are cached, so retried attempts (which Spark does not keep) never inflate them. Live progress: each batch's script also records the
 partition's processed count in a Redis hash, which the driver polls (ProgressWatcher).
 """
 
