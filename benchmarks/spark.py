@@ -12,8 +12,9 @@ on `local-cluster[2,1,1024]`, alternating rounds so drift in machine load hits b
   the same data through the same Arrow path, and claims nothing. No claim path can beat it.
 - spark alone: the JVM reads the same lines and writes them as Parquet, one pass, no Python:
   the floor under the limit (what Spark itself costs on this machine); and the skeleton: the
-  limit's Spark jobs (line counts, cached verdicts, Parquet, counts) with a constant verdict
-  instead of the Python pass: what the limit costs before any Python runs.
+  limit's Spark jobs (the job that fills the cached verdicts and collects each partition's
+  closing row, then the Parquet) with a constant verdict instead of the Python pass: what the
+  limit costs before any Python runs.
 - with --plain: also plain SET NX through redis-py on the same master (no rabbitry), in its
   own SparkSession without the embedding (the old baseline).
 
@@ -23,7 +24,7 @@ embedded_time: the embedded job's throughput as a fraction of the limit.
 
 --profile: one more embedded run and one more limit run with a cProfile of every
 partition's Python worker (PipelineOptions.profile_dir), summed, its main thread and its
-claim thread apart: where an executor's Python time goes.
+claim threads apart: where an executor's Python time goes.
 
 Then the recovery figure: a run on the embedded stack where the Redis master is SIGKILLed
 once claiming has begun. Printed: the failover time (kill -> the new master in this host's
@@ -204,8 +205,9 @@ def _spark_alone(spark: Any, data: Any, out: Path, partitions: int) -> float:
 
 def _skeleton(spark: Any, data: Any, out: Path, partitions: int) -> float:
     """The limit's JVM part without its Python: the pipeline's Spark jobs on the same lines
-    (the per-partition line count, a cached frame of verdicts written as Parquet, the counts
-    per verdict), with a constant verdict where mapInArrow's Python pass would be."""
+    (one job that fills the cache of verdicts and brings back each partition's closing row,
+    with adaptive execution off as job._tally has it; then the Parquet from the cache), with
+    a constant verdict where mapInArrow's Python pass would be."""
     from pyspark.sql import functions as F
 
     size = max(data.path.stat().st_size, 1)
@@ -213,14 +215,13 @@ def _skeleton(spark: Any, data: Any, out: Path, partitions: int) -> float:
     started = time.monotonic()
     try:
         frame = spark.read.text(str(data.path))
-        spark.conf.set("spark.sql.shuffle.partitions", "1")
-        frame.select(F.spark_partition_id().alias("p")).groupBy("p").count().collect()
-        spark.conf.unset("spark.sql.shuffle.partitions")
         verdicts = frame.withColumn("kind", F.lit("process")).persist()
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
+        verdicts.filter(verdicts.kind == "lines").collect()
+        spark.conf.unset("spark.sql.adaptive.enabled")
         verdicts.filter(verdicts.kind == "process").select("value").write.mode("overwrite").parquet(
             str(out)
         )
-        verdicts.groupBy("kind").count().collect()
         verdicts.unpersist()
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
@@ -229,9 +230,10 @@ def _skeleton(spark: Any, data: Any, out: Path, partitions: int) -> float:
 
 def profile(spark: Any, data: Any, work: Path, opts: PipelineOptions) -> None:
     """One run with every partition's Python worker profiled; print where it went. The
-    worker has two threads: the main one (Spark's Arrow in and out, the parse, the output
-    columns) and the claim thread (the claims, one batch in flight while the next is parsed),
-    each profiled on its own; their times overlap."""
+    worker has the main thread (Spark's Arrow in and out, the parse, the output columns) and
+    its claim threads (the claims, up to PipelineOptions.claims_in_flight batches in flight
+    while the next are parsed), each profiled on its own and the claim threads summed; their
+    times overlap."""
     import pstats
 
     seconds, _ = _timed(spark, data, work / "prof", opts)
@@ -255,22 +257,26 @@ def profile(spark: Any, data: Any, work: Path, opts: PipelineOptions) -> None:
                 "cumulative",
                 ("verdict_columns", "reject_columns"),
             ),
-            ("waiting for the claim thread's answers", "cumulative", ("_take",)),
-            ("ids to Python strings for the claim", "cumulative", ("submit",)),
+            ("waiting for the claim threads' answers", "cumulative", ("_take",)),
+            (
+                "ids to Python strings, sorted out (revoked, repeats)",
+                "cumulative",
+                ("submit",),
+            ),
+            ("  of which the revoked set", "cumulative", ("revoked_ids",)),
         ),
     )
     if claim_files:
         _report(
             pstats.Stats(*claim_files),
-            "claim thread",
+            "claim threads",
             (
-                ("claims (check, revoked, script call + WAIT)", "cumulative", ("claim_ids",)),
+                ("claims sent (check, script call + WAIT)", "cumulative", ("send",)),
                 (
                     "  of which the node's check (require_running)",
                     "cumulative",
                     ("require_running",),
                 ),
-                ("  of which the revoked set", "cumulative", ("revoked_ids",)),
                 ("  of which sending (redis-py)", "own", ("method 'sendall'",)),
                 (
                     "  of which waiting for Redis (script, replica, WAIT)",

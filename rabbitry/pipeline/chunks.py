@@ -214,9 +214,11 @@ def reject_columns(rejects: list[Reject], partition: int) -> Any:
 LINES = "lines"  # not a verdict: one row per partition, its line (or row) count in `line`
 
 
-def lines_columns(partition: int, count: int) -> Any:
+def lines_columns(partition: int, count: int, tally: dict[str, int] | None = None) -> Any:
     """The row that ends a partition's output: how many lines (or rows) it read, so that the
-    driver turns each partition's own line numbers into the file's after the one pass."""
+    driver turns each partition's own line numbers into the file's after the one pass, and in
+    `text` (JSON) its rows per verdict kind, so that the driver's counts need only these rows,
+    not a pass over all the verdicts (job._tally)."""
     import pyarrow as pa
 
     return pa.RecordBatch.from_pydict(
@@ -228,7 +230,7 @@ def lines_columns(partition: int, count: int) -> Any:
             "partition": [partition],
             "line": [count],
             "reason": [None],
-            "text": [None],
+            "text": [json.dumps(tally or {}, sort_keys=True)],
         },
         schema=output_schema(),
     )

@@ -5,10 +5,11 @@
          the lines (rabbitry.pipeline.chunks: Arrow's JSON reader and Arrow compute, or the
          row-at-a-time rules for a slice they cannot vouch for), claim them
          (rabbitry.spark.claims: require_running, revoked, one script call for the batch,
-         HMGET then HSET on the run's claim hash, with its WAIT: one round trip), Arrow
-         batches of verdicts out, numbered by line within the partition, and last a row with
-         the partition's line count; cached
-      -> counts per verdict and per partition's lines (the job that runs the pass)
+         HMGET then HSET on the run's claim hash, with its WAIT: one round trip; up to
+         claims_in_flight batches at once), Arrow batches of verdicts out, numbered by line
+         within the partition, and last a row with the partition's line count and its
+         verdicts per kind; cached
+      -> those last rows, collected (_tally: the ONE Spark job that runs the pass)
       -> Parquet: id, payload, node, partition, line  (the verdicts "process", each line
          number moved by the lines of the partitions before it; JVM only, from the cache)
       -> the rejects to <output>.rejects.jsonl (from the cache)
@@ -19,8 +20,9 @@ them. (An earlier version counted them first, in a JVM job that read the whole i
 pass: seconds of "0 messages" at the start of every run, issue 27.)
 
 Python touches the data once, on Arrow batches, and column by column: no pickled rows, no
-second pass, no Python object per message except the id's string for the claim. The counts come from the cached verdicts, so retried attempts (which
-Spark does not keep) never inflate them. Live progress: each batch's script also records the
+second pass, no Python object per message except the id's string for the claim. The counts
+come from the last row of each partition's cached output, written by the attempt whose
+verdicts are cached, so retried attempts (which Spark does not keep) never inflate them. Live progress: each batch's script also records the
 partition's processed count in a Redis hash, which the driver polls (ProgressWatcher).
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
 import time
 from collections import Counter
@@ -58,11 +61,13 @@ from rabbitry.spark.claims import (
     PROCESS,
     PROCESS_CODE,
     REVOKED,
+    VERDICTS,
     Claimer,
     progress_key,
     read_progress,
 )
 
+DEFAULT_IN_FLIGHT = 4
 OUTPUT_COLUMNS = ("id", "payload", "node", "partition", "line")
 
 
@@ -82,6 +87,9 @@ class PipelineOptions:
     # Wait this long for a paused node before failing the attempt (0 on multi-executor
     # masters, where another executor takes the task; local masters get a few seconds).
     pause_wait: float | None = None
+    # Claim batches of a partition in flight at once (each on its own connection), while the
+    # next slices are parsed (_ClaimQueue).
+    claims_in_flight: int = DEFAULT_IN_FLIGHT
     # The benchmark baseline: plain SET NX on this fixed Redis ("host:port"), no rabbitry.
     plain_redis: str | None = None
     # The benchmark's limit: read, parse, check and write the same data, claiming nothing.
@@ -193,7 +201,7 @@ def run_pipeline(
         try:
             # The one pass that runs Python (parse, check, claim) fills the cache as it counts;
             # the output and the rejects then read the cache, in the JVM.
-            counts, offsets = _count(verdicts)
+            counts, offsets = _tally(verdicts)
             (
                 _numbered(verdicts.filter(verdicts.kind == PROCESS), offsets)
                 .select(*OUTPUT_COLUMNS)
@@ -226,7 +234,7 @@ def run_pipeline(
 
 
 _SPLIT_CONF = "spark.sql.files.maxPartitionBytes"
-_SHUFFLE_CONF = "spark.sql.shuffle.partitions"
+_ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 
 
 def _verdict_schema() -> Any:
@@ -275,30 +283,33 @@ def _read(spark: Any, source: Path, fmt: str, opts: PipelineOptions) -> Any:
     return frame.repartition(opts.partitions) if opts.partitions else frame
 
 
-def _count(verdicts: Any) -> tuple[dict[str, int], list[int]]:
-    """The verdicts per kind, and per partition the number of lines before it: one job over
-    the verdicts (the one that runs the Python pass and fills the cache)."""
-    counts: dict[str, int] = {}
-    lines: dict[int, int] = {}
-    grouped = verdicts.groupBy("kind", "partition").agg({"line": "max", "*": "count"})
+def _tally(verdicts: Any) -> tuple[dict[str, int], list[int]]:
+    """The verdicts per kind, and per partition the number of lines before it, from the rows
+    that end each partition (chunks.lines_columns): the ONE job that runs the Python pass,
+    fills the cache and brings back a row per partition.
+
+    One job, where a groupBy over the verdicts took three (with adaptive execution: the cache
+    filled as a query stage of its own, then the partial counts and a shuffle, then the one
+    reduce task). Adaptive execution is off for this action only, as it plans the cache as a
+    stage of its own; a filter over the cached verdicts needs no other plan. The counts are
+    as exact as before: the lines row is the last row of the same attempt's output as the
+    verdicts it counts, and lands in the same cached block."""
     spark = verdicts.sparkSession
-    saved = spark.conf.get(_SHUFFLE_CONF, None)
-    # One reduce task, not spark.sql.shuffle.partitions (200): a few rows per partition go
-    # through it, and 200 tasks of nothing cost seconds on a small job.
-    spark.conf.set(_SHUFFLE_CONF, "1")
+    saved = spark.conf.get(_ADAPTIVE_CONF, None)
+    spark.conf.set(_ADAPTIVE_CONF, "false")
     try:
-        rows = grouped.collect()
+        rows = verdicts.filter(verdicts.kind == LINES).select("partition", "line", "text").collect()
     finally:
         if saved is None:
-            spark.conf.unset(_SHUFFLE_CONF)
+            spark.conf.unset(_ADAPTIVE_CONF)
         else:
-            spark.conf.set(_SHUFFLE_CONF, saved)
+            spark.conf.set(_ADAPTIVE_CONF, saved)
+    counts: dict[str, int] = {}
+    lines: dict[int, int] = {}
     for row in rows:
-        kind, partition = row["kind"], row["partition"]
-        if kind == LINES:
-            lines[partition] = row["max(line)"]
-        else:
-            counts[kind] = counts.get(kind, 0) + row["count(1)"]
+        lines[row["partition"]] = row["line"]
+        for kind, count in json.loads(row["text"]).items():
+            counts[kind] = counts.get(kind, 0) + count
     offsets, total = [], 0
     for index in range(max(lines, default=-1) + 1):
         offsets.append(total)
@@ -388,6 +399,7 @@ class _BatchJob:
         self.retried = retried
         self.finished = finished  # processed, added as each partition ends (progress fallback)
         self.profile_dir = opts.profile_dir
+        self.depth = opts.claims_in_flight
 
     def _claimer(self, index: int) -> tuple[Claimer | None, str]:
         owner = f"{self.run_id}:{index}"
@@ -431,7 +443,7 @@ class _BatchJob:
         assert context is not None, "the profiled pass runs inside a Spark task"
         name = f"{self.run_id}-{context.partitionId()}-{context.attemptNumber()}"
         profile = cProfile.Profile()
-        claims = _ClaimQueue(self._claimer(context.partitionId()), profile=True)
+        claims = _ClaimQueue(self._claimer(context.partitionId()), self.depth, profile=True)
         profile.enable()
         try:
             yield from self._run(batches, claims)
@@ -439,8 +451,8 @@ class _BatchJob:
             profile.disable()
             Path(self.profile_dir).mkdir(parents=True, exist_ok=True)
             profile.dump_stats(str(Path(self.profile_dir) / f"{name}.prof"))
-            if claims.thread_profile is not None:  # the claim thread's own profile
-                claims.thread_profile.dump_stats(str(Path(self.profile_dir) / f"{name}.claims"))
+            for n, thread_profile in enumerate(claims.thread_profiles):  # the claim threads'
+                thread_profile.dump_stats(str(Path(self.profile_dir) / f"{name}.{n}.claims"))
 
     def _run(self, batches: Iterator[Any], claims: _ClaimQueue | None = None) -> Iterator[Any]:
         from pyspark import TaskContext
@@ -449,8 +461,9 @@ class _BatchJob:
         index = context.partitionId() if context else 0
         line = 0  # this partition's own numbering; the driver moves it (_numbered)
         if claims is None:
-            claims = _ClaimQueue(self._claimer(index))
+            claims = _ClaimQueue(self._claimer(index), self.depth)
         node = claims.node
+        rejected = 0
         try:
             for batch in batches:
                 # Parse and claim a claim batch at a time, not the whole Arrow batch (10,000
@@ -461,6 +474,7 @@ class _BatchJob:
                     part = batch.slice(start, self.batch)
                     chunk = parse_chunk(part, self.fmt, line + start + 1, self.max_payload)
                     if chunk.rejects:
+                        rejected += len(chunk.rejects)
                         yield reject_columns(chunk.rejects, index)
                     if len(chunk):
                         claims.submit(chunk)
@@ -469,7 +483,7 @@ class _BatchJob:
                 line += batch.num_rows
             for done, codes in claims.drain():
                 yield verdict_columns(done, codes, node, index)
-            yield lines_columns(index, line)
+            yield lines_columns(index, line, {**claims.tally(), REJECT: rejected})
         finally:
             claims.close()
         self.retried.add(context.attemptNumber() if context else 0)
@@ -477,46 +491,64 @@ class _BatchJob:
 
 
 class _ClaimQueue:
-    """The claims of one partition, in order, with one batch's claim in flight while the next
-    slice is parsed: the round trip (the script, the replica's copy, the WAIT) then overlaps
-    this worker's parse and Spark's write instead of following them.
+    """The claims of one partition, in order, with up to `depth` batches' claims in flight
+    while the next slices are parsed: their round trips (the script, the replica's copy, the
+    WAIT) then overlap each other, this worker's parse and Spark's write, instead of following
+    one another. One in flight was not enough: a batch's round trip (5-12 ms) is several times
+    the parse of the next slice (1-2 ms), so the worker still waited on Redis most of the time.
 
-    Nothing changes for safety: one thread claims, one batch after another (check() first,
-    the WAIT before its answer), and a verdict is yielded only once its claim has answered. A
-    claim that fails raises from drain() or ready(), and the attempt fails as before; the
-    next batch's claim may have run by then, and a retry re-finds those claims as its own."""
+    Nothing changes for safety: each batch is sorted out here, in order (Claimer.sort_out:
+    revoked ids, this partition's repeats), so no id is in two batches in flight; each is sent
+    by a claim thread (check() first, the WAIT before its answer), and a verdict is yielded
+    only once its own claim has answered, in order. A claim that fails raises from drain() or
+    ready(), and the attempt fails as before; later batches' claims may have run by then (up
+    to depth - 1 of them), and a retry re-finds those claims as its own."""
 
-    def __init__(self, claimer_node: tuple[Claimer | None, str], profile: bool = False) -> None:
+    def __init__(
+        self, claimer_node: tuple[Claimer | None, str], depth: int = 1, profile: bool = False
+    ) -> None:
         from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
         self.claimer, self.node = claimer_node
-        self.thread_profile: Any = None  # a cProfile of the claim thread (profile=True)
+        self.depth = max(1, depth)
+        self.thread_profiles: list[Any] = []  # a cProfile per claim thread (profile=True)
+        self._local = threading.local()
         self.pool = (
-            ThreadPoolExecutor(1, "claims", initializer=self._start_profile if profile else None)
+            ThreadPoolExecutor(
+                self.depth, "claims", initializer=self._start_profile if profile else None
+            )
             if self.claimer
             else None
         )
         self.pending: deque[tuple[Any, Any]] = deque()
         self.processed = 0  # messages claimed as ours (all of them with no_claims)
+        self.codes = [0] * len(VERDICTS)  # the verdicts yielded, per code
 
     def _start_profile(self) -> None:
         import cProfile
 
-        self.thread_profile = cProfile.Profile()
-        self.thread_profile.enable()
+        profile = cProfile.Profile()
+        self.thread_profiles.append(profile)
+        self._local.profile = profile
+        profile.enable()
+
+    def _stop_profile(self, everyone: Any) -> None:
+        everyone.wait()  # so that each of the `depth` calls runs on its own thread
+        self._local.profile.disable()  # a profile stops on the thread that started it
 
     def submit(self, chunk: Any) -> None:
         if self.pool is None or self.claimer is None:  # no_claims: every message is ours
             self.pending.append((chunk, None))
             return
-        self.pending.append(
-            (chunk, self.pool.submit(self.claimer.claim_ids, chunk.ids.to_pylist()))
-        )
+        batch = self.claimer.sort_out(chunk.ids.to_pylist())
+        self.pending.append((chunk, self.pool.submit(self.claimer.send, batch)))
 
     def ready(self) -> Iterator[tuple[Any, bytes]]:
-        """Answered claims, keeping one in flight."""
-        while len(self.pending) > (0 if self.pool is None else 1):
+        """Answered claims, in order: those already answered, and then as many as it takes to
+        keep at most `depth` in flight."""
+        limit = 0 if self.pool is None else self.depth
+        while self.pending and (len(self.pending) > limit or self.pending[0][1].done()):
             yield self._take()
 
     def drain(self) -> Iterator[tuple[Any, bytes]]:
@@ -526,14 +558,23 @@ class _ClaimQueue:
     def _take(self) -> tuple[Any, bytes]:
         chunk, future = self.pending.popleft()
         codes = bytes(len(chunk)) if future is None else future.result()
-        self.processed += codes.count(PROCESS_CODE)
+        for code in range(len(VERDICTS)):
+            self.codes[code] += codes.count(code)
+        self.processed = self.codes[PROCESS_CODE]
         return chunk, codes
+
+    def tally(self) -> dict[str, int]:
+        """The verdicts yielded so far, per kind."""
+        return dict(zip(VERDICTS, self.codes, strict=True))
 
     def close(self) -> None:
         if self.pool is None:
             return
-        if self.thread_profile is not None:
-            self.pool.submit(self.thread_profile.disable).result()
+        if self.thread_profiles:
+            everyone = threading.Barrier(self.depth)
+            stops = [self.pool.submit(self._stop_profile, everyone) for _ in range(self.depth)]
+            for stop in stops:
+                stop.result()
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 

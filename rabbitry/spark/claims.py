@@ -34,6 +34,8 @@ runs elsewhere. Revoked ids (gossip's revoked set) are skipped.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +51,16 @@ class Claim:
 
     verdict: str
     item: Any
+
+
+@dataclass
+class SortedBatch:
+    """A batch after Claimer.sort_out: the codes decided locally (revoked, repeated in this
+    partition), and the fresh ids still to claim in Redis with their places in the batch."""
+
+    codes: bytearray
+    fresh: list[str]
+    at: list[int]
 
 
 def claim_key(namespace: str, message_id: str) -> str:
@@ -95,9 +107,11 @@ class Claimer:
         self.batch = batch
         self.ttl = ttl
         self._seen: set[str] = set()
+        self._lock = threading.Lock()  # processed, from the threads that send (job._ClaimQueue)
         # (hash key, field): where the live processed count goes; None: nowhere
         self.progress_key, self.progress_field = progress or ("", "")
         self.processed = 0  # messages of this partition claimed as ours so far
+        self._token = os.urandom(6).hex()  # this attempt's, in its progress field (_PROGRESS_LUA)
 
     def claim(self, items: Iterable[Any], key: Callable[[Any], str]) -> Iterator[Claim]:
         """Yield a Claim per item, in order, claiming in batches."""
@@ -121,8 +135,15 @@ class Claimer:
         that FailoverRedis sends with it). `check()` runs first, even for an empty batch.
 
         Bytes, not objects: the job turns them into an Arrow column without a Python object
-        per message."""
-        self.check()
+        per message. The same as send(sort_out(ids)), which the job splits to keep several
+        batches in flight."""
+        return self.send(self.sort_out(ids))
+
+    def sort_out(self, ids: list[str]) -> SortedBatch:
+        """The local half of a batch's claim, which must run in the partition's order: revoked
+        ids, and ids this partition saw already (in this batch or an earlier one), are decided
+        here; the rest go to Redis (send). Batches sorted out in order may then be sent in
+        any order, even at once: no id is in two of them."""
         revoked = self.revoked()
         seen = self._seen
         codes = bytearray(len(ids))  # PROCESS_CODE (0) until found otherwise
@@ -137,10 +158,22 @@ class Claimer:
                 seen.add(mid)
                 fresh.append(mid)
                 at.append(n)
+        return SortedBatch(codes, fresh, at)
+
+    def send(self, batch: SortedBatch) -> bytes:
+        """The Redis half: `check()`, then one script call (and its WAIT) for the batch's
+        fresh ids; the codes, final. Safe from several threads at once (a FailoverRedis takes
+        a connection per call, and WAIT counts that connection's writes), for batches from
+        sort_out. The live progress a call writes is the count answered before it was sent:
+        with batches in flight it lags by those, and the job's summary counts from the
+        verdicts, not from it."""
+        self.check()
+        codes, fresh, at = batch.codes, batch.fresh, batch.at
         if fresh:
             answers = self._claim_script(fresh)
             taken = answers.count(b"0")  # FOREIGN
-            self.processed += len(fresh) - taken
+            with self._lock:
+                self.processed += len(fresh) - taken
             if taken:
                 for n, answer in zip(at, answers, strict=True):
                     if answer == _FOREIGN_BYTE:
@@ -164,7 +197,7 @@ class Claimer:
                 self.ttl,
                 "",
                 self.progress_field,
-                self.processed,
+                self._token,
                 len(ids),
                 joined,
             )
@@ -189,7 +222,7 @@ class Claimer:
             self.ttl,
             claim_key(self.namespace, ""),
             self.progress_field,
-            self.processed,
+            self._token,
             count,
             joined,
         )
@@ -199,19 +232,39 @@ class Claimer:
 PROCESS_CODE, DUPLICATE_CODE, REVOKED_CODE = 0, 1, 2
 VERDICTS = (PROCESS, DUPLICATE, REVOKED)
 
+# The live progress, the end of both scripts: this partition's count so far, in its field of
+# the progress hash (KEYS[1], field ARGV[4]; none if ''), as "<token>:<count>". A call adds
+# its `ours` to the count its own attempt (token ARGV[5], one per Claimer) wrote last, and
+# writes over another attempt's: so a retried attempt's count replaces the failed one's, and
+# batches of one attempt in flight at once (job._ClaimQueue) all add up, in whatever order
+# they reach Redis.
+_PROGRESS_LUA = """
+if ARGV[4] ~= '' then
+  local held, base = redis.call('HGET', KEYS[1], ARGV[4]), 0
+  if held then
+    local sep = string.find(held, ':', 1, true)
+    if sep and string.sub(held, 1, sep - 1) == ARGV[5] then
+      base = tonumber(string.sub(held, sep + 1))
+    end
+  end
+  redis.call('HSET', KEYS[1], ARGV[4], ARGV[5] .. ':' .. (base + ours))
+  redis.call('EXPIRE', KEYS[1], 86400)
+end
+"""
+
 # One script per batch: a claim is SET NX with the owner; a key that already holds OUR owner is
 # an earlier attempt's claim of this partition, which may never have reached a replica (its
 # attempt died before its WAIT): it is rewritten (XX KEEPTTL), so that the WAIT after this
 # script covers it too. Scripts replicate as their effects, so the WAIT counts these writes.
-# The live progress (this partition's processed count, so far) rides along in a hash: an
-# attempt writes its own count, so a retry overwrites rather than adds.
+# The live progress rides along (_PROGRESS_LUA).
 # The claim keys are built in the script from the prefix and the ids (not passed as KEYS):
 # fine on a standalone Redis, which is what the failover set is; a Redis Cluster would need
 # them declared. Answers, one character per id: 1 claimed now, 2 ours already (rewritten),
 # 0 another owner's.
 CLAIMED, OURS_AGAIN, FOREIGN = 1, 2, 0
 _FOREIGN_BYTE = ord("0")
-CLAIM_SCRIPT = """
+CLAIM_SCRIPT = (
+    """
 local owner, ttl, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local count, ids = tonumber(ARGV[6]), ARGV[7]
 local answers, ours, from = {}, 0, 1
@@ -236,12 +289,12 @@ for i = 1, count do
     answers[i] = '0'
   end
 end
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], ARGV[4], tonumber(ARGV[5]) + ours)
-  redis.call('EXPIRE', KEYS[1], 86400)
-end
+"""
+    + _PROGRESS_LUA
+    + """
 return table.concat(answers)
 """
+)
 
 # The "hash" layout's script: the same answers and the same progress, with the claims as
 # fields of one hash (KEYS[2]). One HMGET reads the batch's owners; one HSET writes every id
@@ -249,7 +302,8 @@ return table.concat(answers)
 # earlier attempt's claim); the EXPIRE renews the hash's. Both calls go in slices of 4,000
 # arguments, under Lua's limit for unpack(). Within one call of this script an id is never
 # twice: a partition filters its own repeats before claiming (Claimer._seen).
-CLAIM_HASH_SCRIPT = """
+CLAIM_HASH_SCRIPT = (
+    """
 local owner, ttl, key = ARGV[1], tonumber(ARGV[2]), KEYS[2]
 local count, ids = tonumber(ARGV[6]), ARGV[7]
 local list, from = {}, 1
@@ -290,12 +344,12 @@ end
 if w > 0 then
   redis.call('EXPIRE', key, ttl)
 end
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], ARGV[4], tonumber(ARGV[5]) + ours)
-  redis.call('EXPIRE', KEYS[1], 86400)
-end
+"""
+    + _PROGRESS_LUA
+    + """
 return table.concat(answers)
 """
+)
 
 
 def progress_key(namespace: str, nonce: str) -> str:
@@ -304,5 +358,9 @@ def progress_key(namespace: str, nonce: str) -> str:
 
 
 def read_progress(client: Any, key: str) -> int:
-    """The processed count so far, over every partition (the driver's live view)."""
-    return sum(int(v) for v in client.hvals(key))
+    """The processed count so far, over every partition (the driver's live view); each field
+    is "<attempt's token>:<count>" (_PROGRESS_LUA)."""
+    return sum(
+        int(v.rpartition(b":")[2] if isinstance(v, bytes) else v.rpartition(":")[2])
+        for v in client.hvals(key)
+    )

@@ -121,16 +121,21 @@ def test_the_driver_reads_the_live_count_from_the_executors_master_file(
 def test_a_failed_claim_fails_the_attempt_after_only_answered_verdicts(
     server: RedisServer, tmp_path: Path
 ) -> None:
-    """One claim is in flight while the next slice is parsed; still, every verdict that comes
+    """Claims are in flight while the next slices are parsed; still, every verdict that comes
     out was answered, and a claim that fails (a paused node, no WAIT) fails the attempt."""
 
     class Paused(Exception):
         pass
 
     class Stub:
+        """The two halves of Claimer.claim_ids that the job calls (sort_out, then send)."""
+
         calls = 0
 
-        def claim_ids(self, ids: list[str]) -> bytes:
+        def sort_out(self, ids: list[str]) -> list[str]:
+            return ids
+
+        def send(self, ids: list[str]) -> bytes:
             self.calls += 1
             if self.calls == 2:
                 raise Paused("node paused")

@@ -156,6 +156,27 @@ def test_each_batch_records_its_partitions_live_count(client: redis.Redis) -> No
     assert read_progress(client, key) == 2
 
 
+def test_batches_sorted_out_in_order_may_land_in_any_order(client: redis.Redis) -> None:
+    """What the job does with claims in flight (job._ClaimQueue): sort_out in the partition's
+    order (repeats caught locally, across batches too), send in any order; the verdicts and
+    the live count come out as if sent in order."""
+    key = progress_key(NS, "1")
+    claimer = Claimer(client, NS, "run:0", progress=(key, "0"), layout="hash")
+    first = claimer.sort_out(["a", "b", "c"])
+    second = claimer.sort_out(["d", "a", "e"])  # "a" repeats the first batch's
+    client.hset(KEY, "e", "run:1")  # another partition has "e"
+    assert claimer.send(second) == bytes([0, 1, 1])  # d ours; a repeated; e foreign
+    assert read_progress(client, key) == 1
+    # in flight at once: `first` was sent before `second` answered, when this attempt had
+    # counted nothing yet; the count in Redis must not depend on that
+    claimer.processed = 0
+    assert claimer.send(first) == bytes(3)
+    assert read_progress(client, key) == 4  # added up, whatever the order
+    retry = Claimer(client, NS, "run:0", progress=(key, "0"), layout="hash")
+    assert retry.send(retry.sort_out(["b"])) == bytes(1)  # its own claim, again
+    assert read_progress(client, key) == 1  # a new attempt's count replaces, never adds
+
+
 def test_a_bad_layout() -> None:
     with pytest.raises(ValueError, match="layout"):
         Claimer(None, NS, "run:0", layout="zset")
