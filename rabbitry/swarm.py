@@ -46,6 +46,10 @@ DROPPED_KEYS = ("control", "metrics")
 # swarm never got ready.
 START_WORKERS = 8
 JOIN_WAIT = 30.0
+# A member whose start fails (under load, its gossip child's first ask of its node monitor can
+# outlast its 10 s bound) is started again, at most START_ATTEMPTS times in all, before the
+# failure ends the swarm: one slow start must not take the process's other members with it.
+START_ATTEMPTS = 3
 
 
 def load_template(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Path]:
@@ -167,9 +171,23 @@ def start_members(
     configs = list(configs)
 
     def start(config: NodeConfig) -> SwarmMember | None:
-        if stop is not None and stop.is_set():
-            return None
-        member = SwarmMember.start(config, io_loop)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if stop is not None and stop.is_set():
+                return None
+            try:
+                member = SwarmMember.start(config, io_loop)
+                break
+            except Exception as exc:
+                if attempt == START_ATTEMPTS:
+                    raise
+                log.warning(
+                    "swarm: %s did not start (attempt %d of %d): %s; starting it again",
+                    config.node,
+                    attempt,
+                    START_ATTEMPTS,
+                    exc,
+                )
+                time.sleep(attempt)
         deadline = time.monotonic() + JOIN_WAIT
         while not _running(member) and time.monotonic() < deadline:
             if stop is not None and stop.is_set():
