@@ -536,6 +536,7 @@ _WRITER = textwrap.dedent(
     from mnesia_like.disc_log import TableLog
 
     t = TableLog.open(sys.argv[1], "t", fsync="commit", dump_records=int(sys.argv[2]))
+    background = sys.argv[3] == "background"
     tid = t.last_tid
     while True:
         tid += 1
@@ -545,23 +546,17 @@ _WRITER = textwrap.dedent(
         t.append_commit(tid, ops)
         sys.stdout.write(f"{tid}\\n")
         sys.stdout.flush()
-        t.maybe_dump()
+        t.maybe_dump(background=background)
     """
 )
 
 
-def _expected_keys(last_tid: int) -> set[str]:
-    keys = {key_json(f"k{tid}") for tid in range(1, last_tid + 1)}
-    return keys - {key_json(f"k{tid - 3}") for tid in range(5, last_tid + 1, 5)}
-
-
-@pytest.mark.parametrize(("acks_before_kill", "dump_every"), [(150, 40), (233, 7)])
-def test_kill_9_loses_no_acknowledged_commit(
-    tmp_path: Path, acks_before_kill: int, dump_every: int
-) -> None:
+def _acked_until_killed(tmp_path: Path, acks_before_kill: int, dump_every: int, how: str) -> list:
+    """Run the writer (dumps "inline" or in the "background") until it acknowledged
+    `acks_before_kill` commits, SIGKILL it, and return every commit it acknowledged."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(tmp_path), str(dump_every)],
+        [sys.executable, "-c", _WRITER, str(tmp_path), str(dump_every), how],
         stdout=subprocess.PIPE,
         env=env,
         cwd=REPO,
@@ -585,6 +580,19 @@ def test_kill_9_loses_no_acknowledged_commit(
     assert child.returncode == -signal.SIGKILL
     # Acks written to the pipe before the kill still count; a torn last line does not.
     acked += [int(line) for line in rest.decode().splitlines(keepends=True) if line.endswith("\n")]
+    return acked
+
+
+def _expected_keys(last_tid: int) -> set[str]:
+    keys = {key_json(f"k{tid}") for tid in range(1, last_tid + 1)}
+    return keys - {key_json(f"k{tid - 3}") for tid in range(5, last_tid + 1, 5)}
+
+
+@pytest.mark.parametrize(("acks_before_kill", "dump_every"), [(150, 40), (233, 7)])
+def test_kill_9_loses_no_acknowledged_commit(
+    tmp_path: Path, acks_before_kill: int, dump_every: int
+) -> None:
+    acked = _acked_until_killed(tmp_path, acks_before_kill, dump_every, "inline")
     with TableLog.open(tmp_path, "t") as t:
         # Every acknowledged commit is there, and at most the one in flight beyond them.
         assert max(acked) <= t.last_tid <= max(acked) + 1
@@ -766,55 +774,13 @@ def test_a_next_log_that_cannot_follow_the_files_is_refused(tmp_path: Path) -> N
         reopen(tmp_path)
 
 
-_BG_WRITER = textwrap.dedent(
-    """
-    import sys
-    from mnesia_like.disc_log import TableLog
-
-    t = TableLog.open(sys.argv[1], "t", fsync="commit", dump_records=int(sys.argv[2]))
-    tid = t.last_tid
-    while True:
-        tid += 1
-        ops = [("put", f"k{tid}", {"v": "x" * (tid % 300), "ts": [tid, "w"], "del": False})]
-        if tid % 5 == 0:
-            ops.append(("del", f"k{tid - 3}", None))
-        t.append_commit(tid, ops)
-        sys.stdout.write(f"{tid}\\n")
-        sys.stdout.flush()
-        t.maybe_dump(background=True)
-    """
-)
-
-
 @pytest.mark.parametrize("dump_every", [5, 13])
 def test_kill_9_during_background_dumps_loses_no_acknowledged_commit(
     tmp_path: Path, dump_every: int
 ) -> None:
     # As test_kill_9_loses_no_acknowledged_commit, with the dumps on their own thread: the
     # kill lands at whatever step a dump is in (with dumps every few commits, some always is).
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _BG_WRITER, str(tmp_path), str(dump_every)],
-        stdout=subprocess.PIPE,
-        env=env,
-        cwd=REPO,
-    )
-    assert child.stdout is not None
-    acked: list[int] = []
-    try:
-        while len(acked) < 400:
-            line = child.stdout.readline()
-            assert line, f"writer ended early (exit code {child.wait()})"
-            acked.append(int(line))
-        os.kill(child.pid, signal.SIGKILL)
-        rest = child.stdout.read()
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    assert child.returncode == -signal.SIGKILL
-    acked += [int(line) for line in rest.decode().splitlines(keepends=True) if line.endswith("\n")]
+    acked = _acked_until_killed(tmp_path, 400, dump_every, "background")
     with TableLog.open(tmp_path, "t") as t:
         assert max(acked) <= t.last_tid <= max(acked) + 1
         assert set(t.entries) == _expected_keys(t.last_tid)
