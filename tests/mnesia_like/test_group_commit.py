@@ -217,7 +217,9 @@ def test_a_failed_group_fsync_answers_nobody_and_ends_the_store(
     assert again.dirty_read("t", 1) == {"key": 1, "value": "durable"}
 
 
-def test_wread_counters_on_one_key_from_three_stores(cluster: Cluster) -> None:
+def _bump_from_three(cluster: Cluster) -> list:
+    """Three stores, a disc table "c" on all, and 8 wread-then-write increments of one
+    counter from each store at once (24 in all); returns the stores."""
     dbs = three(cluster)
     dbs[0].create_table("c", disc_copies=cluster.names)
     # a transaction: on every replica when it returns (a dirty write reaches the others later)
@@ -232,6 +234,11 @@ def test_wread_counters_on_one_key_from_three_stores(cluster: Cluster) -> None:
             dbs[i].transaction(bump)
 
     run_threads(3, client)
+    return dbs
+
+
+def test_wread_counters_on_one_key_from_three_stores(cluster: Cluster) -> None:
+    dbs = _bump_from_three(cluster)
     for db in dbs:
         assert db.dirty_read("c", "n") == {"key": "n", "value": 24}
 
@@ -261,19 +268,7 @@ def test_parallel_commit_answers_after_every_prepare_record_is_on_disc(
             return kind == "del" or "ops" in (entry or {}).get("r", {})
 
         watch = Watch(monkeypatch, only=frozenset({"_prepared"}), counted=record)
-        dbs = three(cluster)
-        dbs[0].create_table("c", disc_copies=cluster.names)
-        dbs[0].transaction(lambda tx: tx.write("c", {"key": "n", "value": 0}))
-
-        def bump(tx: Any) -> None:
-            row = tx.wread("c", "n")
-            tx.write("c", {"key": "n", "value": row["value"] + 1})
-
-        def client(i: int) -> None:
-            for _ in range(8):
-                dbs[i].transaction(bump)
-
-        run_threads(3, client)
+        dbs = _bump_from_three(cluster)
         assert watch.violations == []
         for db in dbs:
             wait_until(
