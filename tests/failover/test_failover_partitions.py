@@ -275,10 +275,21 @@ class FileWatch:
             violations = list(self.violations)
         assert not violations, f"two master files named different masters: {violations}"
 
-    def check(self) -> None:
-        """No two files named different masters at one moment; and the watch did watch."""
-        self.stop()
-        assert self.samples >= 10, f"the file watch took only {self.samples} samples"
+    def check(self, at_least: int = 10) -> None:
+        """No two files named different masters at one moment; and the watch did watch.
+
+        A fast test can end before a starved watch thread has run `at_least` times, so this
+        waits for the samples (and for two more, so the final state is seen too) rather than
+        counting what a fixed time gave; only a watch thread that died or hangs fails it.
+        """
+        with self._lock:
+            wanted = max(at_least, self.samples + 2)
+        try:
+            wait_until(
+                lambda: self.samples >= wanted, f"the file watch to take {wanted} samples", 5
+            )
+        finally:
+            self.stop()
         self.assert_clean()
 
 
