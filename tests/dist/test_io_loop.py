@@ -4,6 +4,7 @@ senders past its queue's limit, until ticks call it down and free them."""
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import pytest
@@ -104,3 +105,18 @@ def test_kernels_sharing_one_loop_keep_their_own_ticks_and_stops(make_kernel):
         frozen.close()
     finally:
         loop.stop()
+
+
+def test_both_ends_of_a_connection_send_small_frames_at_once(make_kernel):
+    """TCP_NODELAY on the dialed socket as on the accepted one (Erlang's dist_nodelay). The
+    dialer's side lacked it: a frame sent while the one before was unacknowledged waited for
+    the peer's delayed ACK, 40 ms, and a parallel commit ran at 45 tx/s instead of 320."""
+    a = make_kernel("a")
+    b = make_kernel("b")
+    mesh(a, b)
+    assert a.connect(b.node)
+    wait_until(lambda: a.node in b.nodes(), "b to see a")
+    ends = {"dialed": a._conns[b.node], "accepted": b._conns[a.node]}
+    assert ends["dialed"].outgoing and not ends["accepted"].outgoing
+    for where, conn in ends.items():
+        assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), where
