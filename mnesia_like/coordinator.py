@@ -7,13 +7,13 @@ is two-phase: `prepare` to every replica written, the stamp given and the decisi
 stamp, and the caller answered once every participant acked or went down. A lock conflict
 ("die"), a participant lost or a no vote restarts the transaction.
 
-Parallel commit (`parallel=True`, off by default; as CockroachDB's parallel commits and Paxos
+Parallel commit (`parallel=True`, the store's default; as CockroachDB's parallel commits and Paxos
 Commit): when this node is itself a participant (and it is no schema operation), the
 transaction is committed once every participant has a prepare record on disc. Each writes
 its record before its yes vote, which carries a proposed stamp (its clock + 1); on the last
-yes vote the coordinator answers its caller at once, with the newest proposal as the stamp,
-and sends `commit` with it: no decision log, and one fsync (the prepares', in parallel) on
-the commit's path. After a crash the outcome is recovered from the participants alone: all
+yes vote the transaction is committed, with the newest proposal as the stamp: the coordinator
+sends `commit` with it and answers its caller once every participant acked (an ack waits for
+no fsync): no decision log, and one fsync (the prepares', in parallel) on the commit's path. After a crash the outcome is recovered from the participants alone: all
 prepared -> committed with the newest proposal; any participant without a record (it never
 voted yes, or aborted) vetoes -> aborted (termination.py). So a restart answer to the caller
 must never race a commit: on a lost participant our own part is aborted (its record deleted)
@@ -432,26 +432,27 @@ class Coordinator:
 
     def _parallel_commit(self, tx: CoordTx) -> list[MnesiaEffect]:
         """Every participant has its prepare record on disc: the transaction is committed.
-        The caller is answered now (the shell still holds the answer behind our own record's
-        fsync), and the commit goes out, to ourselves last (applying it here starts an
-        fsync that the messages to the others must not wait for)."""
-        tx.phase = "committed"
+        The commit goes out, to ourselves last (applying it here starts an fsync that the
+        messages to the others must not wait for), and the caller is answered once every
+        participant acked or went down, as in the classic commit: so when a transaction
+        returns, every active replica shows its writes (dirty reads too). The acks wait for
+        no fsync (the participants' table appends are lazy): no second fsync on the path."""
+        tx.phase = "committing"
         tx.stamp = max_stamp(list(tx.proposals.values()))
         self.s.clock = max(self.s.clock, tx.stamp[0])
         self.outcomes.put(tx.tid, "committed")
         self.s.stamps.put(tx.tid, tx.stamp)
-        self.txs.pop(tx.tid, None)
         self.decided(tx)
-        out: list[MnesiaEffect] = []
-        if tx.req is not None and tx.req >= 0:
-            out.append(Reply(tx.req, {"stamp": tx.stamp}))
+        tx.pending = set(tx.nodes)
         others = sorted(tx.nodes - {self.s.node})
-        for n in [*others, self.s.node]:
-            out.append(self.s.send(n, "commit", tid=tx.tid, stamp=tx.stamp, pc=True))
-        return out
+        return [
+            self.s.send(n, "commit", tid=tx.tid, stamp=tx.stamp, pc=True)
+            for n in [*others, self.s.node]
+        ]
 
     def decided(self, tx: CoordTx) -> None:
-        """A parallel commit is decided (a hook: the simulator's checker watches it)."""
+        """A parallel commit is decided: its stamp is given (a hook: the simulator's checker
+        watches it)."""
 
     def _log_decision(self, tid: str, stamp: list[Any]) -> MnesiaEffect:
         ops: list[tuple[str, Any, Any]] = [

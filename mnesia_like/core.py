@@ -109,7 +109,7 @@ class MnesiaCore:
         reconnect_interval: float | None = 1.0,
         check_interval: float = 5.0,
         anti_entropy: bool = True,
-        parallel_commit: bool = False,
+        parallel_commit: bool = True,
     ) -> None:
         if merge not in MERGE_MODES:
             raise BadArgument(f"merge must be one of {MERGE_MODES}, not {merge!r}")
@@ -143,7 +143,7 @@ class MnesiaCore:
             outcome_retry=outcome_retry,
             outcome_timeout=outcome_timeout,
         )
-        # parallel commit (coordinator.py): off by default, see docs/mnesia_like.md
+        # parallel commit (coordinator.py): on by default, see docs/mnesia_like.md
         self.coordinator = self.coordinator_class(
             s, outcomes, self.participant, parallel=parallel_commit
         )

@@ -159,7 +159,7 @@ class MnesiaOptions:
     force_load: bool = False
     load_timeout: float = 30.0
     extra_db_nodes: tuple[str, ...] | None = None
-    parallel_commit: bool = False  # off by default: see docs/mnesia_like.md
+    parallel_commit: bool = True  # one fsync on a commit's path: docs/mnesia_like.md
 
     def merge_for(self, partition_handling: PartitionHandling) -> str:
         if self.merge is not None:

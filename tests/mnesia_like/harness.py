@@ -32,6 +32,11 @@ class Disc:
         self.schema: dict[str, Any] | None = None
         self.tables: dict[str, dict[str, Any]] = {}
         self.tids: dict[str, int] = {}
+        # Lazy and `after` appends (a parallel commit's table writes and its committed
+        # marker) that no fsync covers yet: as in the shell's group commit, they reach the
+        # disc with the next append that is synced (or a clean stop, or `sync`), in order,
+        # and a crash loses them.
+        self.unsynced: list[DiscCommit] = []
 
 
 class Harness:
@@ -74,7 +79,17 @@ class Harness:
             self.perform(name, self.cores[name].start(self.now))
         self.run()
 
+    def sync(self, *names: str) -> None:
+        """The unsynced appends of `names` (all nodes if none) reach the disc: what the
+        shell's maintenance timer does within LAZY_SYNC when no commit fsyncs before."""
+        for name in names or self.names:
+            disc = self.discs[name]
+            pending, disc.unsynced = disc.unsynced, []
+            for e in pending:
+                self._write(disc, e)
+
     def crash(self, name: str) -> None:
+        self.discs[name].unsynced.clear()  # never fsynced: gone with the process
         self.cores.pop(name, None)
         self.timers = {k: v for k, v in self.timers.items() if k[0] != name}
         for pair in [p for p in self.links if name in p]:
@@ -87,6 +102,7 @@ class Harness:
     def stop(self, name: str) -> None:
         """A clean stop: the core persists what it saw last, then the node goes."""
         self.perform(name, self.cores[name].stop(self.now))
+        self.sync(name)  # a clean stop syncs every log
         self.crash(name)
 
     def cut(self, a: str, b: str) -> None:
@@ -172,25 +188,34 @@ class Harness:
         elif isinstance(e, PersistSchema):
             disc.schema = json.loads(json.dumps(e.state))
         elif isinstance(e, DiscCommit):
-            if e.tid == 0:  # numbered as it reaches the log (the _prepared log)
-                e = DiscCommit(e.table, disc.tids.get(e.table, 0) + 1, e.ops)
-            assert e.tid > disc.tids.get(e.table, 0), (node, e.table, e.tid)
-            content = disc.tables.setdefault(e.table, {})
-            for kind, key, entry in e.ops:
-                kj = json.dumps(key, separators=(",", ":"), sort_keys=True)
-                if kind == "put":
-                    content[kj] = json.loads(json.dumps(entry))
-                else:
-                    content.pop(kj, None)
-            disc.tids[e.table] = e.tid
-            self.disc_commits += 1
+            if e.lazy or e.after:
+                disc.unsynced.append(e)
+                return
+            self.sync(node)  # this append's fsync covers the ones before it
+            self._write(disc, e)
         elif isinstance(e, ReplaceTable):
+            self.sync(node)
             disc.tables[e.table] = json.loads(json.dumps(e.entries))
             disc.tids[e.table] = e.tid
         elif isinstance(e, DropTable):
+            self.sync(node)
             disc.tables.pop(e.table, None)
         else:
             raise AssertionError(f"unknown effect {e!r}")
+
+    def _write(self, disc: Disc, e: DiscCommit) -> None:
+        if e.tid == 0:  # numbered as it reaches the log (the _prepared log)
+            e = DiscCommit(e.table, disc.tids.get(e.table, 0) + 1, e.ops)
+        assert e.tid > disc.tids.get(e.table, 0), (e.table, e.tid)
+        content = disc.tables.setdefault(e.table, {})
+        for kind, key, entry in e.ops:
+            kj = json.dumps(key, separators=(",", ":"), sort_keys=True)
+            if kind == "put":
+                content[kj] = json.loads(json.dumps(entry))
+            else:
+                content.pop(kj, None)
+        disc.tids[e.table] = e.tid
+        self.disc_commits += 1
 
     def run(self, max_time: float = 5.0, deliver_limit: int = 100000) -> None:
         """Deliver everything; then fire timers due within `max_time` from now."""

@@ -23,8 +23,11 @@ def begin(h: Harness, node: str, age: Any = None) -> tuple[str, Any]:
     return r["tid"], r["age"]
 
 
-def test_a_transaction_commits_on_every_replica_and_disc_before_ack() -> None:
-    h = setup()
+@pytest.mark.parametrize("parallel", [False, True], ids=["classic", "parallel"])
+def test_a_transaction_commits_on_every_replica_and_disc_before_ack(parallel: bool) -> None:
+    """On every replica when it returns; on disc too (a parallel commit's table writes reach
+    it with the next fsync: its prepare records held them when the caller was answered)."""
+    h = setup(parallel_commit=parallel)
     h.transaction(C, [("tx_write", {"table": "t", "record": {"k": 1, "v": "a"}})])
     r = h.transaction(
         B,
@@ -39,6 +42,8 @@ def test_a_transaction_commits_on_every_replica_and_disc_before_ack() -> None:
     assert r[0] == {"k": 1, "v": "a"} and r[3] is None
     for n in h.names:
         assert h.content(n, "t") == {"2": {"k": 2, "v": "c"}}
+    if parallel:
+        h.sync()
     for n in (A, B):
         assert h.discs[n].tables["t"]["2"]["r"] == {"k": 2, "v": "c"}
         assert h.discs[n].tables["t"]["1"]["r"] is None  # a tombstone
@@ -177,10 +182,11 @@ def _deliver_until(h: Harness, stop: str) -> None:
 
 @pytest.mark.parametrize("decided", [False, True])
 def test_in_doubt_participants_wait_for_the_coordinator(decided: bool) -> None:
-    """The coordinator goes after the participants voted yes. They wait for it (it may only
-    be cut off); once it is back it answers from its decision log: committed if it had all
-    the votes (it may have applied its part and answered the user), else unknown: abort."""
-    h = setup()
+    """The classic commit: the coordinator goes after the participants voted yes. They wait
+    for it (it may only be cut off); once it is back it answers from its decision log:
+    committed if it had all the votes (it may have applied its part and answered the user),
+    else unknown: abort. (A parallel commit's participants decide alone: test_parallel_commit.)"""
+    h = setup(parallel_commit=False)
     tid, _ = begin(h, C)
     h.call(C, "tx_write", tid=tid, table="t", record={"k": 1, "v": "x"})
     h.submit(C, "tx_commit", tid=tid)
@@ -244,9 +250,10 @@ def test_a_loading_replica_gets_writes_committed_while_it_copies() -> None:
 
 
 def test_a_transaction_only_this_node_takes_part_in_logs_no_decision() -> None:
-    """Nobody can be in doubt about it: its commit record is the decision (no fsync of the
-    decision log on its path). With other participants the decision is logged first."""
-    h = setup()
+    """The classic commit: nobody can be in doubt about a transaction only this node takes
+    part in, so its commit record is the decision (no fsync of the decision log on its
+    path). With other participants the decision is logged first."""
+    h = setup(parallel_commit=False)
     h.call(A, "create_table", name="solo", attributes=["k", "v"], disc_copies=[A])
     decisions = dict(h.discs[A].tables["_decisions"])  # the schema transactions'
     h.transaction(A, [("tx_write", {"table": "solo", "record": {"k": 1, "v": "x"}})])

@@ -35,6 +35,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c.close()
 
 
+@pytest.fixture
+def classic_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, parallel_commit=False)
+    yield c
+    c.close()
+
+
 class Watch:
     """Counts appends and fsyncs, and finds every message to another node or final answer to
     a caller that a store performed before the fsync of a commit appended before the core
@@ -136,8 +143,11 @@ def run_threads(n: int, fn: Callable[[int], None]) -> None:
 
 
 def test_no_ack_or_reply_precedes_the_fsync_of_its_commit(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    classic_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The classic commit, whose table appends are the durable ones (a parallel commit's
+    are its prepare records: test_parallel_commit_answers_after_every_prepare_record...)."""
+    cluster = classic_cluster
     watch = Watch(monkeypatch)
     a, b, _c = three(cluster)
     na, nb, nc = cluster.names

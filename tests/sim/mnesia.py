@@ -54,6 +54,9 @@ CORE_OPTIONS: dict[str, Any] = {
     "outcome_timeout": 60.0,  # longer than any partition: in-doubt transactions block
     "config_timeout": 2.0,
     "check_interval": 2.0,
+    # the classic commit unless a run asks for the parallel one (the core's default): the
+    # default plans keep the classic path checked, PARALLEL_PLAN the parallel one
+    "parallel_commit": False,
 }
 
 
@@ -229,10 +232,11 @@ class MnesiaKind:
     # ---- the disc
 
     def _disc_commit(self, sim: Sim, node: SimNode, cname: str, eff: Any) -> None:
-        # A lazy append (a parallel commit's table write) is on disc only once a later
-        # append that waits for its fsync is: until then a crash loses it (node.state goes
-        # with the crash), as the shell's group commit may.
-        if eff.lazy:
+        # A lazy append (a parallel commit's table write) or an `after` one (its committed
+        # marker, appended once the writes before it are synced, but not synced itself) is
+        # on disc only once a later append that waits for its fsync is: until then a crash
+        # loses it (node.state goes with the crash), as the shell's group commit may.
+        if eff.lazy or eff.after:
             node.state.setdefault("lazy", []).append(eff)
             return
         self._flush_lazy(node)
@@ -649,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", action="store_true", help="parallel commit (parallel_commit=True)")
     p.add_argument("--steps", type=int, default=0, help="crash points per schedule (mid-event)")
     a = p.parse_args(argv)
-    opts: dict[str, Any] = {"parallel_commit": True} if a.parallel else {}
+    opts: dict[str, Any] = {"parallel_commit": a.parallel}
     if a.steps:
         opts["steps"] = a.steps
     nodes = sizes(a.nodes)
