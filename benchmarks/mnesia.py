@@ -54,7 +54,7 @@ Parts: appends, load, tx, dirty, etcd (default: all but etcd). Ratios are ours/R
 Usage: python benchmarks/mnesia.py [--quick] [--part appends|load|tx|dirty] [--rounds 3]
            [--commits 2000] [--records 100000] [--seconds 3] [--clients 1,4]
            [--replicas 1,3] [--shared-keys 0] [--etcd-clients 1,4,16] [--wread]
-           [--blind] [--layout "1 process"|"3 processes"]
+           [--blind] [--layout "1 process"|"3 processes"] [--commit parallel|classic]
            [--profile out.prof]
            [--dir /path/on/the/disc/to/measure]
 """
@@ -887,10 +887,18 @@ def main() -> int:
         help="etcd part: where our stores run (default: both, alternating)",
     )
     parser.add_argument(
+        "--commit",
+        choices=["parallel", "classic"],
+        default="parallel",
+        help="how our stores commit: parallel (the default: one fsync, the prepares', on a "
+        "commit's path) or classic (a decision log, then the replicas' commits)",
+    )
+    parser.add_argument(
         "--parallel-commit",
-        action="store_true",
-        help="our stores commit in parallel (MnesiaCore parallel_commit=True: one fsync, the "
-        "prepares', on a commit's path; off by default)",
+        dest="commit",
+        action="store_const",
+        const="parallel",
+        help="the same as --commit parallel (the default now; kept for older scripts)",
     )
     parser.add_argument(
         "--blind",
@@ -912,9 +920,9 @@ def main() -> int:
         "--dir", type=Path, default=None, help="where to write (default: a tmp dir)"
     )
     args = parser.parse_args()
-    if args.parallel_commit:
-        STORE_OPTIONS["parallel_commit"] = True
-        os.environ["RABBITRY_BENCH_PARALLEL_COMMIT"] = "1"  # for the replica processes
+    STORE_OPTIONS["parallel_commit"] = args.commit == "parallel"
+    # for the replica processes (mnesia_replica.py)
+    os.environ["RABBITRY_BENCH_PARALLEL_COMMIT"] = "1" if args.commit == "parallel" else "0"
     etcd_clients = args.etcd_clients or args.clients or [1, 4, 16]
     args.clients = args.clients or [1, 4]
     if args.json and (args.part != ["etcd"] or len(etcd_clients) != 1):
@@ -943,7 +951,7 @@ def _json_main(args: argparse.Namespace, clients: int) -> int:
         load_start=load_start,
         load_end=[round(x, 2) for x in os.getloadavg()],
     )
-    result["parallel_commit"] = bool(args.parallel_commit)
+    result["parallel_commit"] = args.commit == "parallel"
     print(json.dumps(result), flush=True)
     return code
 

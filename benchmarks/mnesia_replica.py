@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
         startup_timeout=0.3,
         reconnect_interval=0.2,
         load_timeout=5.0,
-        # --parallel-commit of benchmarks/mnesia.py
-        parallel_commit=os.environ.get("RABBITRY_BENCH_PARALLEL_COMMIT") == "1",
+        # --commit of benchmarks/mnesia.py (parallel unless it says classic)
+        parallel_commit=os.environ.get("RABBITRY_BENCH_PARALLEL_COMMIT", "1") == "1",
     )
     print("ready", flush=True)
     try:
