@@ -351,6 +351,13 @@ class Connection:
             self.confirmed = True
             self._deliver(data)
 
+    def input_waiting(self) -> bool:
+        """Bytes from the peer wait unread in the socket (a peek: nothing is consumed)."""
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK))  # b"": the peer closed
+        except (OSError, ValueError):  # nothing waiting (BlockingIOError), or gone
+            return False
+
     def readable(self) -> bool:
         """The socket is readable: read once and deliver the frames. False once the
         connection is over (the loop then calls `finish`)."""

@@ -670,6 +670,12 @@ class NetKernel(Process):
         core = conn.ticks
         core.sent(conn.last_sent)
         core.received(conn.last_received)
+        if core.silent(now) and conn.input_waiting():
+            # The peer was not silent: its bytes reached us and wait for this loop, which
+            # was late (a starved process: the GIL, a thousand connections). Erlang counts
+            # bytes received as life too. Calling it down would punish the peer for our
+            # lateness, and its reconnect would add to the load that made us late.
+            core.received(now)
         for effect in core.timer(now):
             if isinstance(effect, SendTick):
                 conn.send_tick()

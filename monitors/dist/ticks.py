@@ -8,7 +8,8 @@ Erlang sends a tick when nothing else went out for net_ticktime/4, and calls a p
 four quiet checks, i.e. somewhere between 0.75 and 1.25 x net_ticktime. We keep the first rule
 and make the second exact: down when nothing at all arrived for net_ticktime. The timer is set
 for whichever comes first (the next tick, or the moment silence would reach net_ticktime), so
-detection is not late by up to a tick interval. Any bytes count as life, not only ticks.
+detection is not late by up to a tick interval. Any bytes count as life, not only ticks, and
+so do bytes that reached our socket but wait for a late loop (`silent` asks; the shell peeks).
 """
 
 from __future__ import annotations
@@ -69,11 +70,16 @@ class TickCore:
         """Something arrived from the peer at `at`."""
         self._last_received = max(self._last_received, at)
 
+    def silent(self, now: float) -> bool:
+        """Whether nothing has arrived for net_ticktime: the peer is down at this timer
+        unless the shell finds that bytes did arrive (see NetKernel's ticks)."""
+        return now - self._last_received >= self.net_ticktime * (1 - _SLACK)
+
     def timer(self, now: float) -> list[TickEffect]:
         """The timer fired: maybe tick, maybe declare the peer down; re-arm unless down."""
         if self._down:
             return []
-        if now - self._last_received >= self.net_ticktime * (1 - _SLACK):
+        if self.silent(now):
             self._down = True
             return [PeerDown()]
         effects: list[TickEffect] = []

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
 from monitors.dist import NodeDown, NodeUp
+from monitors.dist.frames import TICK
 from tests.dist.helpers import Echo, Probe, fake_peer, mesh, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -120,3 +122,27 @@ def test_both_ends_of_a_connection_send_small_frames_at_once(make_kernel):
     assert ends["dialed"].outgoing and not ends["accepted"].outgoing
     for where, conn in ends.items():
         assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), where
+
+
+def test_a_peer_whose_ticks_wait_unread_is_not_called_down(make_kernel, monkeypatch):
+    """A starved loop (a swarm's thousand connections, the GIL) reads late; a peer whose
+    ticks sit in our socket is not silent, and is not called down for our lateness. A peer
+    that sends nothing still is, within net_ticktime."""
+    a = make_kernel("a", net_ticktime=1.0)
+    late = fake_peer(a, "late@127.0.0.1")
+    quiet = fake_peer(a, "quiet@127.0.0.1")
+    wait_until(lambda: len(a.nodes()) == 2, "both peers up")
+    conn = a._conns["late@127.0.0.1"]
+
+    def starved() -> bool:  # the loop gets to this connection but never reads it
+        time.sleep(0.01)
+        return True
+
+    monkeypatch.setattr(conn, "readable", starved)
+    late.sendall(TICK)  # waits in a's socket from now on
+    wait_until(lambda: "quiet@127.0.0.1" not in a.nodes(), "the quiet peer called down", 5)
+    assert "late@127.0.0.1" in a.nodes()  # silent as long, but its tick waits unread
+    monkeypatch.undo()
+    late.close()
+    quiet.close()
+    wait_until(lambda: a.nodes() == [], "the late peer gone once it closes")
