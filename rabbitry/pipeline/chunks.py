@@ -48,6 +48,12 @@ class Chunk:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def id_strings(self) -> list[str]:
+        """The ids as Python strings, for the claim's sort-out (a set of the ids seen).
+        Through NumPy: pyarrow's to_pylist made them 9x slower here (0.11 s against 0.013 s
+        for 200,000 ids), and it ran on the partition's main thread for every message."""
+        return self.ids.to_numpy(zero_copy_only=False).tolist()
+
 
 def parse_chunk(batch: Any, fmt: str, first_line: int, max_payload: int) -> Chunk:
     """The messages and rejects of `batch` (lines in column 0 for JSON lines, else Parquet

@@ -541,7 +541,7 @@ class _ClaimQueue:
         if self.pool is None or self.claimer is None:  # no_claims: every message is ours
             self.pending.append((chunk, None))
             return
-        batch = self.claimer.sort_out(chunk.ids.to_pylist())
+        batch = self.claimer.sort_out(chunk.id_strings())
         self.pending.append((chunk, self.pool.submit(self.claimer.send, batch)))
 
     def ready(self) -> Iterator[tuple[Any, bytes]]:

@@ -42,7 +42,11 @@ def as_tuple(chunk: Any) -> tuple[list[Any], ...]:
 
 def same_as_slow(batch: Any, fmt: str = JSONL, first: int = 7) -> Any:
     chunk = parse_chunk(batch, fmt, first, LIMIT)
-    assert as_tuple(chunk) == as_tuple(_slow(batch, fmt, first, LIMIT))
+    slow = _slow(batch, fmt, first, LIMIT)
+    assert as_tuple(chunk) == as_tuple(slow)
+    for c in (chunk, slow):  # what the claims get: the same ids, as plain Python strings
+        strings = c.id_strings()
+        assert strings == c.ids.to_pylist() and all(type(x) is str for x in strings)
     return chunk
 
 
