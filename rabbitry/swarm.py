@@ -45,7 +45,7 @@ DROPPED_KEYS = ("control", "metrics")
 # timers then fired late (ticks, Redis liveness), and reconnecting made it worse: at 1,000 the
 # swarm never got ready. Eight at a time (32 joins at once with 4 processes) still collapsed
 # at 600-900 members on 2 CPUs (most called down, then attaching again, READY after 96 s);
-# three got all 1,000 READY in 26-30 s with none called down (docs/membership.md).
+# three got all 1,000 READY in 26-30 s in three runs, one with a brief dip (docs/membership.md).
 START_WORKERS = 3
 JOIN_WAIT = 30.0
 # A member whose start fails (under load, its gossip child's first ask of its node monitor can
