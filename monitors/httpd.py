@@ -405,6 +405,10 @@ class HardenedHTTPServer:
             conn.sock.setblocking(True)
             conn.sock.settimeout(WRITE_TIMEOUT)
             self.handler(conn.sock, conn.address, self, bytes(conn.data))
+        except OSError as exc:
+            # The client hung up or stalled past WRITE_TIMEOUT mid-answer: its loss, and no
+            # bug of ours, so no traceback (a hostile client could fill the log with them).
+            log.debug("%s: %s went away while being answered: %s", self.what, conn.address[0], exc)
         except Exception:
             log.exception("%s: serving %s failed", self.what, conn.address[0])
         finally:

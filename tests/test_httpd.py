@@ -5,6 +5,7 @@ on what the server answers, never on timings."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import ssl
 import threading
@@ -230,3 +231,36 @@ def test_host_check_refuses_other_names_and_allows_ips():
     assert host_allowed("http://localhost:8080", allowed)  # an Origin
     assert not host_allowed("attacker.example:15692", allowed)
     assert not host_allowed(None, allowed)
+
+
+class _Failing(BaseHTTPRequestHandler):
+    """/gone: the client hung up mid-answer (the write fails); /bug: a handler's own bug."""
+
+    def do_GET(self) -> None:
+        if self.path == "/gone":
+            raise BrokenPipeError(32, "Broken pipe")
+        raise ValueError("a bug in the handler")
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_a_client_that_hangs_up_is_no_error_but_a_handler_bug_is(caplog):
+    """A hang-up mid-answer is the client's loss: a debug line, no traceback (a hostile
+    client could otherwise fill the log). A bug in a handler is still logged with its
+    traceback."""
+    srv = HardenedHTTPServer(("127.0.0.1", 0), _Failing, what="test", header_timeout=1.0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    caplog.set_level(logging.DEBUG, logger="monitors.httpd")
+    try:
+        _exchange(srv, b"GET /gone HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # answered by a close
+        gone = [r for r in caplog.records if "went away" in r.getMessage()]
+        assert len(gone) == 1 and gone[0].levelno == logging.DEBUG and not gone[0].exc_info
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        _exchange(srv, b"GET /bug HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        (bug,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert "serving" in bug.getMessage() and bug.exc_info is not None
+    finally:
+        srv.shutdown()
+        srv.server_close()
