@@ -408,6 +408,17 @@ class ControlClient:
                 f"the control API at {self.url} closed the connection without an answer"
                 + ("" if self.https else "; if the node has `tls:`, use https:// and --cacert")
             ) from None
+        except http.client.IncompleteRead as exc:
+            raise ControlError(
+                f"the control API at {self.url} closed the connection in the middle of its "
+                f"answer ({len(exc.partial)} of {len(exc.partial) + (exc.expected or 0)} bytes): "
+                "the node may have stopped; whether the request took effect is unknown"
+            ) from None
+        except http.client.HTTPException as exc:
+            raise ControlError(
+                f"{self._where} did not answer HTTP ({type(exc).__name__}: {exc}); "
+                "is it a rabbitry control port?"
+            ) from None
         except OSError as exc:
             raise ControlError(
                 f"cannot reach the control API at {self._where}: {exc} "

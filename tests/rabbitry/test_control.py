@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,30 @@ def test_bad_bodies_and_routes(node: Any) -> None:
         assert response.status == expected, (method, path)
         assert "error" in json.loads(response.read())
         connection.close()
+
+
+def _answer_once(raw: bytes) -> int:
+    """A listener that answers one connection with `raw` and closes it; its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with listener, listener.accept()[0] as conn:
+            conn.recv(65536)
+            conn.sendall(raw)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1]
+
+
+def test_an_answer_cut_in_the_middle_is_a_clear_error() -> None:
+    """A node killed while answering (headers out, body not): ControlError saying so, not
+    http.client's IncompleteRead, which callers catching ControlError would not expect."""
+    port = _answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n")
+    with pytest.raises(ControlError, match=r"in the middle of its answer \(0 of 13 bytes\)"):
+        ControlClient("127.0.0.1", port, COOKIE, timeout=5).status()
+    port = _answer_once(b"NOT HTTP AT ALL\r\n\r\n")
+    with pytest.raises(ControlError, match="did not answer HTTP"):
+        ControlClient("127.0.0.1", port, COOKIE, timeout=5).status()
 
 
 def test_an_unreachable_node_is_a_clear_error() -> None:
