@@ -79,6 +79,15 @@ def _cases() -> list[object]:
     return out
 
 
+def _plan_cases(plan: dict[tuple[str, int], int], prefix: str) -> list[object]:
+    """The (merge, nodes, seed) cases of a plan, scaled by the sweep, with ids `prefix-...`."""
+    return [
+        pytest.param(merge, nodes, seed, id=f"{prefix}-{merge}-{nodes}-{seed}")
+        for (merge, nodes), count in plan.items()
+        for seed in range(max(1, round(count * sweep_scale())))
+    ]
+
+
 @pytest.mark.parametrize(("merge", "nodes", "seed"), _cases())
 def test_random_schedules(merge: str, nodes: int, seed: int) -> None:
     schedule = generate(seed, nodes, merge)
@@ -93,11 +102,7 @@ def test_random_schedules(merge: str, nodes: int, seed: int) -> None:
 
 @pytest.mark.parametrize(
     ("merge", "nodes", "seed"),
-    [
-        pytest.param(merge, nodes, seed, id=f"wread-{merge}-{nodes}-{seed}")
-        for (merge, nodes), count in WREAD_PLAN.items()
-        for seed in range(max(1, round(count * sweep_scale())))
-    ],
+    _plan_cases(WREAD_PLAN, "wread"),
 )
 def test_random_schedules_with_wread(merge: str, nodes: int, seed: int) -> None:
     run, v = run_seed(seed, nodes, merge, wread=True)
@@ -108,11 +113,7 @@ def test_random_schedules_with_wread(merge: str, nodes: int, seed: int) -> None:
 
 @pytest.mark.parametrize(
     ("merge", "nodes", "seed"),
-    [
-        pytest.param(merge, nodes, seed, id=f"parallel-{merge}-{nodes}-{seed}")
-        for (merge, nodes), count in PARALLEL_PLAN.items()
-        for seed in range(max(1, round(count * sweep_scale())))
-    ],
+    _plan_cases(PARALLEL_PLAN, "parallel"),
 )
 def test_random_schedules_with_parallel_commit(merge: str, nodes: int, seed: int) -> None:
     run, v = run_seed(seed, nodes, merge, steps=3, parallel_commit=True)
