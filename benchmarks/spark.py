@@ -22,6 +22,12 @@ Each figure is the median over --rounds of the whole job's wall time, after one 
 each, so JVM class loading counts for neither. The ratio printed is limit_time /
 embedded_time: the embedded job's throughput as a fraction of the limit.
 
+Where each job's CPU goes, per run (median): the machine's busy CPU seconds (/proc/stat, both
+cores), and each kind of process's (the JVMs, the Python workers, the redis-servers, this
+driver, the nodes and the rest, by psutil). On a 2-core machine every part shares the cores,
+so what the claims cost anywhere, Redis included, comes off the job's pace. Then the Redis
+master's own time inside each command per claiming run (INFO commandstats).
+
 --profile: one more embedded run and one more limit run with a cProfile of every
 partition's Python worker (PipelineOptions.profile_dir), summed, its main thread and its
 claim threads apart: where an executor's Python time goes.
@@ -51,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +77,49 @@ def _timed(spark: Any, data: Any, out: Path, opts: PipelineOptions) -> tuple[flo
     started = time.monotonic()
     summary = run_pipeline(spark, str(data.path), str(out), opts)
     return time.monotonic() - started, summary
+
+
+CPU_KINDS = ("machine", "jvm", "python workers", "redis", "driver", "nodes and other")
+
+
+def _cpu_kind(proc: Any) -> str:
+    """Which part of the run a process is: where the run's CPU goes (--cpu)."""
+    if proc.pid == os.getpid():
+        return "driver"
+    name = proc.info["name"] or ""
+    if name == "java":
+        return "jvm"
+    if name.startswith("redis-server"):
+        return "redis"
+    if "pyspark" in " ".join(proc.info["cmdline"] or ()):
+        return "python workers"
+    return "nodes and other"
+
+
+def cpu_snapshot() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every process now, by pid, with its kind; and the whole
+    machine's busy seconds (all cores, from /proc/stat) under pid -1."""
+    import psutil
+
+    seen: dict[int, tuple[str, float]] = {}
+    for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is not None:
+            seen[proc.pid] = (_cpu_kind(proc), times.user + times.system)
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    seen[-1] = ("machine", (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"))
+    return seen
+
+
+def cpu_spent(before: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per kind since `before` (a process that ended in between is not counted;
+    PySpark reuses its workers, so they live through a run)."""
+    after = cpu_snapshot()
+    spent = dict.fromkeys(CPU_KINDS, 0.0)
+    for pid, (kind, seconds) in after.items():
+        spent[kind] += seconds - before.get(pid, (kind, 0.0))[1]
+    return spent
 
 
 def _plain_session() -> Any:
@@ -94,6 +144,7 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
     runs: dict[str, list[float]] = {
         k: [] for k in ("embedded", "limit", "keys", "plain", *JVM_ONLY)
     }
+    cpu: dict[str, list[dict[str, float]]] = {k: [] for k in runs}
     n = 0
 
     def options(kind: str, **extra: Any) -> PipelineOptions:
@@ -122,7 +173,9 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
                     seconds = JVM_ONLY[kind](spark, data, work / "out", args.partitions)
                     print(f"  {kind:9s} {seconds:6.2f} s  (JVM only)", flush=True)
                 else:
+                    before = cpu_snapshot()
                     seconds, summary = _timed(spark, data, work / "out", options(kind))
+                    cpu[kind].append(cpu_spent(before))
                     print(
                         f"  {kind:9s} {seconds:6.2f} s  processed {summary.processed}", flush=True
                     )
@@ -130,7 +183,9 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
 
     spark = stack.start_spark()
     stack.warm_up(executors=2)
+    commands_before = _commandstats(master)
     measure(spark, ("embedded", "limit", *(("keys",) if args.keys else ()), *JVM_ONLY))
+    commands = _commandstats(master, commands_before)
     if args.profile:
         for kind in ("embedded", "limit"):
             folder = work / f"profile-{kind}"
@@ -146,15 +201,9 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
         f" msg/s ({embedded:.2f} s), limit (same job, no claims) {data.messages / limit:,.0f}"
         f" msg/s ({limit:.2f} s); ratio embedded/limit = {limit / embedded:.2f}"
     )
-    print(
-        f"spark alone (read the lines, write them as Parquet; no Python, one pass)"
-        f" {data.messages / alone:,.0f} lines/s ({alone:.2f} s); ratio limit/spark alone ="
-        f" {alone / limit:.2f}"
-    )
-    print(
-        f"the limit's Spark jobs without its Python pass {data.messages / skeleton:,.0f} lines/s"
-        f" ({skeleton:.2f} s); ratio limit/skeleton = {skeleton / limit:.2f}"
-    )
+    _print_floors(data.messages, limit, alone, skeleton)
+    _print_cpu(cpu, ("embedded", "limit"))
+    _print_commands(commands, args.rounds + 1 + (args.rounds + 1 if args.keys else 0), data)
     if args.keys:
         keys = statistics.median(runs["keys"])
         print(
@@ -188,6 +237,63 @@ def throughput(stack: DemoStack, data: Any, work: Path, args: argparse.Namespace
         ),
         "skeleton": round(data.messages / skeleton, 1),
     }
+
+
+def _print_floors(messages: int, limit: float, alone: float, skeleton: float) -> None:
+    """The limit against what Spark alone costs on this machine (see the module docstring)."""
+    print(
+        f"spark alone (read the lines, write them as Parquet; no Python, one pass)"
+        f" {messages / alone:,.0f} lines/s ({alone:.2f} s); ratio limit/spark alone ="
+        f" {alone / limit:.2f}"
+    )
+    print(
+        f"the limit's Spark jobs without its Python pass {messages / skeleton:,.0f} lines/s"
+        f" ({skeleton:.2f} s); ratio limit/skeleton = {skeleton / limit:.2f}"
+    )
+
+
+def _print_cpu(cpu: dict[str, list[dict[str, float]]], kinds: tuple[str, str]) -> None:
+    """Where each job's CPU went (medians over its rounds, in CPU seconds per run): on a
+    2-core machine the JVMs, the workers and Redis share the cores, so what the claims add
+    anywhere is taken from the job's own pace."""
+    print("CPU seconds per run (median):  " + "  ".join(f"{k:>9s}" for k in kinds))
+    for part in CPU_KINDS:
+        values = [statistics.median(r[part] for r in cpu[k]) for k in kinds]
+        print(f"  {part:28s} " + "  ".join(f"{v:9.2f}" for v in values))
+
+
+def _commandstats(
+    address: str, before: dict[str, tuple[int, int]] | None = None
+) -> dict[str, tuple[int, int]]:
+    """The master's calls and microseconds per command (INFO commandstats), since `before`."""
+    import redis
+
+    host, _, port = address.rpartition(":")
+    stats = redis.Redis(host=host, port=int(port)).info("commandstats")
+    now = {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in stats.items()
+    }
+    if before is None:
+        return now
+    return {
+        name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
+        for name, (calls, usec) in now.items()
+    }
+
+
+def _print_commands(commands: dict[str, tuple[int, int]], runs: int, data: Any) -> None:
+    """The master's own time per claiming run, by command (the busiest first): what Redis
+    spends inside commands, without the network and parsing around them."""
+    busy = sorted(commands.items(), key=lambda kv: -kv[1][1])[:6]
+    total = sum(usec for _, usec in commands.values()) / runs
+    print(
+        f"redis master, inside commands per claiming run: {total / 1e6:.3f} s"
+        f" ({total / data.messages:.2f} µs per message; wall time inside the command, so a"
+        " busy machine inflates it)"
+    )
+    for name, (calls, usec) in busy:
+        print(f"  {name:14s} {calls / runs:9.0f} calls  {usec / runs / 1e6:7.3f} s")
 
 
 def _spark_alone(spark: Any, data: Any, out: Path, partitions: int) -> float:
@@ -356,6 +462,60 @@ def claims_alone(stack: DemoStack, args: argparse.Namespace) -> None:
         f"  ratio hash/keys, one client with WAIT = {ratio:.2f}"
         f"  [load average {os.getloadavg()[0]:.2f}]"
     )
+    redis_cost(stack, ids, args.batch, lambda: run(1, 2, "hash"))
+
+
+def redis_cost(stack: DemoStack, ids: list[str], batch: int, claim: Callable[[], Any]) -> None:
+    """What the claims cost the redis-servers in CPU (master and replicas apart), against the
+    same number of hash fields written with plain HSET, `batch` fields a call, then one WAIT:
+    the floor for one field per id, which exactly-once needs. Medians of 3, alternated."""
+    import psutil
+    import redis
+
+    master = stack.redis_master()
+    assert master is not None
+    host, _, port = master.rpartition(":")
+    assert stack.redis is not None
+    servers = {
+        pid: ("master" if address == master else "replica", psutil.Process(pid))
+        for address, pid in stack.redis.pids().items()
+    }
+    plain = redis.Redis(host=host, port=int(port))
+
+    def hset() -> None:
+        key = f"bench:plain:{time.time_ns()}"
+        for start in range(0, len(ids), batch):
+            fields: list[str] = []
+            for mid in ids[start : start + batch]:
+                fields += (mid, "o")
+            plain.execute_command("HSET", key, *fields)
+        plain.execute_command("WAIT", 1, 5000)
+        plain.delete(key)
+
+    def spent(fn: Callable[[], Any]) -> dict[str, float]:
+        def now() -> dict[int, float]:
+            return {pid: sum(proc.cpu_times()[:2]) for pid, (_, proc) in servers.items()}
+
+        before = now()
+        fn()
+        after = now()
+        out = {"master": 0.0, "replica": 0.0}
+        for pid, (role, _) in servers.items():
+            out[role] += after[pid] - before[pid]
+        return out
+
+    got: dict[str, list[dict[str, float]]] = {"claims": [], "plain HSET": []}
+    for _ in range(3):
+        got["claims"].append(spent(claim))
+        got["plain HSET"].append(spent(hset))
+    per = 1000 / len(ids)
+    for what, runs in got.items():
+        m = statistics.median(r["master"] for r in runs) * per * 1000
+        r = statistics.median(r["replica"] for r in runs) * per * 1000
+        print(
+            f"redis CPU per 1,000 ids, {what}: master {m:.2f} ms, the replicas {r:.2f} ms"
+            f" together ({len(servers)} servers)"
+        )
 
 
 def _claims(address: str, run_id: str) -> int:
