@@ -23,7 +23,10 @@ its held effects performed, in order. What the events handled during an fsync ap
 forms the next batch, sealed when the previous one is synced: one fsync per log per batch,
 however many commits and clients. Nothing that depends on a commit (its ack, its answer, a message that
 could carry what it wrote) leaves the node before the commit is on disc, and a failed fsync
-ends the process with the held effects unperformed.
+ends the process with the held effects unperformed. A parallel commit's table appends are
+lazy (its prepare records hold its writes): the fsync a prepare record needs leaves their
+logs out, with the committed markers that must follow them, for up to LAZY_SYNC
+(`_defer_lazy`), so a commit's path has one fsync per store, not two.
 
 Messages to this node itself are handed to the core directly, in order, after the effects
 of the event that sent them (the simulator delivers them the same way), instead of through
@@ -88,8 +91,11 @@ MAINTENANCE = 1.0  # s: dumps of long logs (in the background), and fsync for fs
 _JITTER = random.Random()  # not the shared generator, which tests (hypothesis) seed and watch
 DEAD_STORE_CHECK = 0.2  # s: how often a waiting caller checks that the store still runs
 OUTBOX_MAX = 64  # messages gathered for other nodes before they go out though events wait
-# s: a batch of lazy appends alone (a parallel commit's table writes) waits this long for a
-# commit that needs an fsync, so that one fsync covers both; then it is synced by itself
+# s: lazy appends (a parallel commit's table writes) wait up to this long for their fsync:
+# the fsyncs that commits need leave them out (_defer_lazy) until they are this old, and a
+# batch of them alone is then synced by itself. Longer would move the tail of the commits
+# that take them along (a second fsync) further out, but leave more prepare records without
+# their committed marker after a crash, each in doubt until its participants answer.
 LAZY_SYNC = 0.2
 _DISC_EFFECTS = (DiscCommit, ReplaceTable, DropTable, PersistSchema)
 # Answers to a transaction's operations may pass a pending fsync: the caller acts on what they
@@ -128,6 +134,9 @@ class _Batch:
     # appends: a parallel commit's table writes, already durable in prepare records)
     holds: bool = False
     needs_sync: bool = False  # it holds an append that is not lazy (an `after` one is lazy)
+    # the tables of those appends: the logs its fsync is for (the others hold only lazy
+    # appends, which may wait for a later fsync: see _defer_lazy)
+    needed: set[str] = field(default_factory=set)
     opened: float = field(default_factory=time.monotonic)
 
 
@@ -511,6 +520,7 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 # waits for it: a lost marker leaves the prepare record, resolved again)
                 if not (effect.lazy or effect.after):
                     batch.holds = batch.needs_sync = True
+                    batch.needed.add(effect.table)
             else:
                 tlog.append_commit(tid, effect.ops)
         elif kind is ReplaceTable:
@@ -550,6 +560,7 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 self._seal_to_thread()
                 return
             batch, self._open_batch = self._open_batch, None
+            later = self._defer_lazy(batch)
             if self._outbox:
                 # What was gathered passed its barrier already: out before this thread
                 # blocks on an fsync (a prepare's messages to the other participants, whose
@@ -559,11 +570,13 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
             # held effects never run
             _side_by_side([tlog.sync for tlog in batch.dirty.values()])
             self._release(batch.held)
+            self._reopen(later)
 
     def _seal_to_thread(self) -> None:
         batch, self._open_batch = self._open_batch, None
         if batch is None:
             return
+        self._reopen(self._defer_lazy(batch))
         tickets: dict[str, SyncTicket] = {}
         for table, tlog in batch.dirty.items():
             ticket = tlog.sync_begin()  # None: synced since (a dump)
@@ -577,6 +590,43 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
         n = next(self._batch_ids)
         self._syncing = (n, batch, tickets)
         self._syncer.submit(n, tickets)
+
+    def _defer_lazy(self, batch: _Batch) -> _Batch | None:
+        """Take out of `batch`, which is about to be fsynced for what it holds, the logs that
+        hold only lazy appends (a parallel commit's table writes, already durable in the
+        prepare records), with the `after` appends (committed markers), which must wait for
+        them; returned as a batch of their own for a later fsync. So the fsync a prepare
+        record needs does not also sync the table log of the commit before it: one fsync per
+        store on a commit's path instead of two side by side, which the disc's journal
+        serialises. The lazy appends ride on a later fsync that needs their log, or go after
+        LAZY_SYNC counted from the batch's opening, as a batch of lazy appends alone does.
+        Nothing waits for them; a crash before their fsync leaves the prepare records,
+        which recovery resolves (termination.py)."""
+        if not batch.needs_sync or time.monotonic() - batch.opened >= LAZY_SYNC:
+            return None
+        lazy = [table for table in batch.dirty if table not in batch.needed]
+        if not lazy:
+            return None
+        later = _Batch(opened=batch.opened)
+        for table in lazy:
+            later.dirty[table] = batch.dirty.pop(table)
+        later.held = [e for e in batch.held if type(e) is DiscCommit]  # the `after` appends
+        batch.held = [e for e in batch.held if type(e) is not DiscCommit]
+        return later
+
+    def _reopen(self, later: _Batch | None) -> None:
+        """Put a batch `_defer_lazy` took out back in front of the open batch: its appends
+        and held `after` appends came first."""
+        if later is None:
+            return
+        batch = self._open_batch
+        if batch is None:
+            self._open_batch = later
+            return
+        for table, tlog in later.dirty.items():
+            batch.dirty.setdefault(table, tlog)
+        batch.held[:0] = later.held
+        batch.opened = min(batch.opened, later.opened)
 
     def _synced(self, message: _Synced) -> None:
         syncing = self._syncing

@@ -24,6 +24,7 @@ from mnesia_like.effects import (
     Reply,
 )
 from mnesia_like.errors import Restart
+from mnesia_like.shell import LAZY_SYNC
 from monitors.effects import CancelTimer, Connect, Disconnect, Log, Send, SetTimer
 
 
@@ -34,9 +35,26 @@ class Disc:
         self.tids: dict[str, int] = {}
         # Lazy and `after` appends (a parallel commit's table writes and its committed
         # marker) that no fsync covers yet: as in the shell's group commit, they reach the
-        # disc with the next append that is synced (or a clean stop, or `sync`), in order,
-        # and a crash loses them.
+        # disc as settle_lazy says (or at a clean stop, or `sync`), in order, and a crash
+        # loses them. `unsynced_since`: when the oldest of them was appended.
         self.unsynced: list[DiscCommit] = []
+        self.unsynced_since = 0.0
+
+
+def settle_lazy(
+    pending: list[DiscCommit], table: str, aged: bool
+) -> tuple[list[DiscCommit], list[DiscCommit]]:
+    """Which of the unsynced lazy and `after` appends `pending` (in order) the fsync of a
+    synced append to `table` puts on disc, and which stay unsynced, as the shell's group
+    commit does (Mnesia._defer_lazy): all of them once the oldest is `aged` (LAZY_SYNC);
+    before that, only the lazy appends to that same log (one file: its fsync covers them).
+    An `after` append (a committed marker) waits for every append before it, so it stays."""
+    if aged:
+        return pending, []
+    return (
+        [e for e in pending if e.table == table and not e.after],
+        [e for e in pending if e.table != table or e.after],
+    )
 
 
 class Harness:
@@ -189,9 +207,14 @@ class Harness:
             disc.schema = json.loads(json.dumps(e.state))
         elif isinstance(e, DiscCommit):
             if e.lazy or e.after:
+                if not disc.unsynced:
+                    disc.unsynced_since = self.now
                 disc.unsynced.append(e)
                 return
-            self.sync(node)  # this append's fsync covers the ones before it
+            aged = self.now - disc.unsynced_since >= LAZY_SYNC
+            synced, disc.unsynced = settle_lazy(disc.unsynced, e.table, aged)
+            for pending in synced:  # this append's fsync covers these
+                self._write(disc, pending)
             self._write(disc, e)
         elif isinstance(e, ReplaceTable):
             self.sync(node)

@@ -21,7 +21,7 @@ import pytest
 
 from mnesia_like import Mnesia, MnesiaError, Schema
 from mnesia_like.disc_log import TableLog
-from mnesia_like.effects import Reply
+from mnesia_like.effects import DiscCommit, Reply
 from mnesia_like.errors import Timeout
 from monitors.effects import Send
 from tests.mnesia_like.test_shell import Cluster, three
@@ -45,7 +45,9 @@ def classic_cluster(tmp_path: Path) -> Iterator[Cluster]:
 class Watch:
     """Counts appends and fsyncs, and finds every message to another node or final answer to
     a caller that a store performed before the fsync of a commit appended before the core
-    asked for it."""
+    asked for it (`violations`), and every `after` append (a committed marker) performed
+    before everything appended before it was on disc, lazy appends included
+    (`early_markers`). `fsyncs_of` counts the fsyncs per table log."""
 
     def __init__(
         self,
@@ -55,8 +57,15 @@ class Watch:
         counted: Callable[[str, Any], bool] | None = None,
     ) -> None:
         self.violations: list[tuple[str, Any, str]] = []
+        self.early_markers: list[tuple[str, str]] = []
         self.appends = 0
         self.fsyncs = 0
+        self.fsyncs_of: dict[str, int] = {}
+        raw: dict[int, int] = {}  # id(TableLog) -> every append, lazy ones included
+        raw_synced: dict[int, int] = {}
+        raw_covers: dict[int, int] = {}
+        made_raw: dict[int, dict[int, int]] = {}
+        real_perform_disc = Mnesia._perform_disc
         appended: dict[int, int] = {}  # id(TableLog) -> commits appended
         synced: dict[int, int] = {}  # id(TableLog) -> commits known to be on disc
         covers: dict[int, int] = {}  # id(SyncTicket) -> commits it covers
@@ -74,7 +83,16 @@ class Watch:
         def perform_list(shell: Mnesia, effects: Any) -> None:
             for effect in effects:  # one by one: each made after the effects before it ran
                 made[id(effect)] = {id(t): appended.get(id(t), 0) for t in shell._logs.values()}
+                if type(effect) is DiscCommit and effect.after:
+                    made_raw[id(effect)] = {id(t): raw.get(id(t), 0) for t in shell._logs.values()}
                 real_perform_list(shell, [effect])
+
+        def perform_disc(shell: Mnesia, effect: Any) -> None:
+            before = made_raw.pop(id(effect), None) if type(effect) is DiscCommit else None
+            for key, count in (before or {}).items():
+                if names.get(key) != effect.table and raw_synced.get(key, 0) < count:
+                    watch.early_markers.append((shell.kernel.node, names.get(key, "?")))
+            real_perform_disc(shell, effect)
 
         def perform_one(shell: Mnesia, effect: Any) -> None:
             kind = type(effect)
@@ -90,6 +108,8 @@ class Watch:
         def append_commit(log: TableLog, tid: int, ops: Any, **kw: Any) -> None:
             watch.appends += 1
             real_append(log, tid, ops, **kw)
+            raw[id(log)] = raw.get(id(log), 0) + 1
+            names[id(log)] = log.table
             if counted is not None and not counted(log.table, ops):
                 # an append nothing waits for: it does not count as appended until a later
                 # counted one (an fsync covers both), so it never makes a violation itself
@@ -98,18 +118,24 @@ class Watch:
             names[id(log)] = log.table
 
         def sync(log: TableLog) -> None:
+            if log.unsynced:
+                watch.fsyncs_of[log.table] = watch.fsyncs_of.get(log.table, 0) + 1
             real_sync(log)
             synced[id(log)] = appended.get(id(log), 0)
+            raw_synced[id(log)] = raw.get(id(log), 0)
 
         def sync_begin(log: TableLog) -> Any:
             ticket = real_begin(log)
             if ticket is not None:
+                watch.fsyncs_of[log.table] = watch.fsyncs_of.get(log.table, 0) + 1
                 covers[id(ticket)] = appended.get(id(log), 0)
+                raw_covers[id(ticket)] = raw.get(id(log), 0)
             return ticket
 
         def sync_end(log: TableLog, ticket: Any, error: Any = None) -> None:
             real_end(log, ticket, error)
             synced[id(log)] = max(synced.get(id(log), 0), covers.pop(id(ticket)))
+            raw_synced[id(log)] = max(raw_synced.get(id(log), 0), raw_covers.pop(id(ticket)))
 
         def fdatasync(fd: int) -> None:
             watch.fsyncs += 1
@@ -118,6 +144,7 @@ class Watch:
 
         monkeypatch.setattr(Mnesia, "_perform_list", perform_list)
         monkeypatch.setattr(Mnesia, "_perform_one", perform_one)
+        monkeypatch.setattr(Mnesia, "_perform_disc", perform_disc)
         monkeypatch.setattr(TableLog, "append_commit", append_commit)
         monkeypatch.setattr(TableLog, "sync", sync)
         monkeypatch.setattr(TableLog, "sync_begin", sync_begin)
@@ -280,6 +307,7 @@ def test_parallel_commit_answers_after_every_prepare_record_is_on_disc(
         watch = Watch(monkeypatch, only=frozenset({"_prepared"}), counted=record)
         dbs = _bump_from_three(cluster)
         assert watch.violations == []
+        assert watch.early_markers == []
         for db in dbs:
             wait_until(
                 lambda db=db: db.dirty_read("c", "n") == {"key": "n", "value": 24}, "applied"
@@ -288,5 +316,62 @@ def test_parallel_commit_answers_after_every_prepare_record_is_on_disc(
             prepared = tmp_path / name / "tables" / "_prepared.log"
             # the prepare records and markers: at least one record per transaction
             assert prepared.read_bytes().count(b"\xffRBL") > 25, name
+    finally:
+        cluster.close()
+
+
+def _puts_from_one_store(cluster: Cluster, count: int) -> Schema:
+    """Three stores, a disc table "p" on all, and `count` writes from store a, one after
+    another, each its own transaction; returns store a."""
+    dbs = three(cluster)
+    dbs[0].create_table("p", disc_copies=cluster.names)
+    for db in dbs:
+        db.wait_for_tables(["p"], timeout=10)
+    for n in range(count):
+        dbs[0].transaction(lambda tx, n=n: tx.write("p", {"key": n % 5, "value": n}))
+    return dbs[0]
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["shell", "markers-not-held"])
+def test_parallel_commit_leaves_the_table_fsync_off_the_commit_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mutant: bool
+) -> None:
+    """A parallel commit's fsync is its prepare record's: the table append of the commit
+    before it is lazy and waits for a later fsync (here never: LAZY_SYNC is an hour), so the
+    table logs take no fsync per transaction; the committed markers, which must never reach
+    the disc before the table appends they stand for, wait with them. The mutant releases
+    the markers with the prepare record's fsync: the check sees each of them early."""
+    monkeypatch.setattr("mnesia_like.shell.LAZY_SYNC", 3600.0)
+    if mutant:
+        defer = Mnesia._defer_lazy
+
+        def markers_not_held(shell: Mnesia, batch: Any) -> Any:
+            held = list(batch.held)
+            later = defer(shell, batch)
+            if later is not None:
+                batch.held, later.held = held, []
+            return later
+
+        monkeypatch.setattr(Mnesia, "_defer_lazy", markers_not_held)
+    cluster = Cluster(tmp_path, parallel_commit=True)
+    try:
+        watch = Watch(monkeypatch, fsync_delay=0.0)
+        db = _puts_from_one_store(cluster, 20)
+        if mutant:
+            assert watch.early_markers
+            return
+        assert watch.early_markers == []
+        assert watch.fsyncs_of.get("p", 0) == 0, watch.fsyncs_of
+        assert watch.fsyncs_of.get("_prepared", 0) >= 20, watch.fsyncs_of
+        assert db.dirty_read("p", 4) == {"key": 4, "value": 19}
+    finally:
+        cluster.close()
+    # the lazy appends reach the disc at the latest with a clean stop: a restart has them
+    cluster = Cluster(tmp_path, parallel_commit=True)
+    try:
+        name = cluster.names[0]
+        again = cluster.start(name, extra_db_nodes=[], force_load=True)
+        again.wait_for_tables(["p"], timeout=10)
+        assert again.dirty_read("p", 4) == {"key": 4, "value": 19}
     finally:
         cluster.close()

@@ -38,6 +38,8 @@ from mnesia_like.core import MnesiaCore
 from mnesia_like.errors import Restart
 from mnesia_like.participant import Participant
 from mnesia_like.records import key_json
+from mnesia_like.shell import LAZY_SYNC
+from tests.mnesia_like.harness import settle_lazy
 from tests.sim.cli import sizes
 from tests.sim.engine import EffectHandler, NetConfig, Sim, SimNode
 from tests.sim.faults import apply_fault, heal_all
@@ -234,12 +236,18 @@ class MnesiaKind:
     def _disc_commit(self, sim: Sim, node: SimNode, cname: str, eff: Any) -> None:
         # A lazy append (a parallel commit's table write) or an `after` one (its committed
         # marker, appended once the writes before it are synced, but not synced itself) is
-        # on disc only once a later append that waits for its fsync is: until then a crash
-        # loses it (node.state goes with the crash), as the shell's group commit may.
+        # on disc only once a later synced append's fsync covers it (settle_lazy: the same
+        # log, or any once LAZY_SYNC old): until then a crash loses it (node.state goes
+        # with the crash), as the shell's group commit may.
         if eff.lazy or eff.after:
+            if not node.state.get("lazy"):
+                node.state["lazy_since"] = sim.now
             node.state.setdefault("lazy", []).append(eff)
             return
-        self._flush_lazy(node)
+        aged = sim.now - node.state.get("lazy_since", sim.now) >= LAZY_SYNC
+        synced, node.state["lazy"] = settle_lazy(node.state.get("lazy", []), eff.table, aged)
+        for pending in synced:
+            self._write(node, pending)
         self._write(node, eff)
 
     def _flush_lazy(self, node: SimNode) -> None:
