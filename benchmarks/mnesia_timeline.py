@@ -44,13 +44,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.etcd_anchor import etcd_cluster  # noqa: E402
-from benchmarks.mnesia import TABLE, store_cluster  # noqa: E402
-from mnesia_like import disc_log  # noqa: E402
-from mnesia_like.core import MnesiaCore  # noqa: E402
-from mnesia_like.shell import Schema  # noqa: E402
-from monitors.dist import NetKernel  # noqa: E402
-from monitors.dist import netkernel as netkernel_module  # noqa: E402
+from benchmarks.etcd_anchor import etcd_cluster
+from benchmarks.mnesia import TABLE, store_cluster
+from mnesia_like import disc_log
+from mnesia_like.core import MnesiaCore
+from mnesia_like.shell import Schema
+from monitors.dist import NetKernel
+from monitors.dist import netkernel as netkernel_module
 
 Event = tuple[float, str, str]  # (perf_counter, thread, what)
 
