@@ -105,6 +105,9 @@ class Claim:
     expires: float = 0.0  # while held: this node's own reading when the lease ends
     wait_left: float = 0.0  # the longest confirmed grant left that refused us this round
     holder_seen: str | None = None  # who refused us holds it
+    # who refused us holds it and has said it won (a confirmed grant): only then is the key
+    # taken. A live grant alone may be another candidate's in a duel that it loses too
+    taken_by: str | None = None
 
 
 @dataclass
@@ -246,7 +249,7 @@ class SingletonCore:
         claim.sent_at = now
         claim.renew = renew
         claim.yes, claim.no = set(), set()
-        claim.wait_left, claim.holder_seen = 0.0, None
+        claim.wait_left, claim.holder_seen, claim.taken_by = 0.0, None, None
         if not renew:
             claim.token = self.max_token + 1
             claim.phase = "asking"
@@ -271,7 +274,7 @@ class SingletonCore:
     def _on_ack(self, sender: str, msg: dict[str, Any], now: float) -> list[SingletonEffect]:
         claim = self.claims.get(msg["key"])
         if claim is None or msg["round"] != claim.round or claim.phase == "idle":
-            return []
+            return self._late_grant(sender, msg, claim)
         if sender not in self.members or sender in claim.yes or sender in claim.no:
             return []
         self.max_token = max(self.max_token, int(msg["max_token"]))
@@ -285,11 +288,31 @@ class SingletonCore:
             holder = msg.get("holder")
             if isinstance(holder, str) and holder and holder != self.node:
                 claim.holder_seen = holder
+                if msg.get("confirmed") is True:
+                    claim.taken_by = holder
         if len(claim.yes) >= self.majority():
             return self._won(claim, now)
         if len(claim.no) > len(self.members) - self.majority():
             return self._lost_round(claim, now)
         return []
+
+    def _late_grant(
+        self, sender: str, msg: dict[str, Any], claim: Claim | None
+    ) -> list[SingletonEffect]:
+        """A grant that came after its round ended (lost, or given up): give it back. Else it
+        outlives us at that acceptor, which then refuses the real holder's renewals as long
+        as that grant is on record with a newer token than the holder's: the holder keeps
+        its lease with the others, but that node never names it, and the holder has no
+        majority left should one of the others go. Not a grant of the token we hold."""
+        token = msg.get("token")
+        if msg.get("ok") is not True or not _is_int(token) or sender not in self.members:
+            return []
+        if claim is not None and claim.phase == "held" and claim.token == token:
+            return []
+        release = {"v": VERSION, "t": "release", "key": msg["key"], "token": token}
+        if sender == self.node:
+            return self._on_release(self.node, release)
+        return [Send(sender, NAME, release)]
 
     def _won(self, claim: Claim, now: float) -> list[SingletonEffect]:
         if claim.phase == "held" and now >= claim.expires:
@@ -425,7 +448,11 @@ class SingletonCore:
         ):
             pass
         elif live and grant is not None:  # the holder renews (or moves to a newer token)
-            if token >= grant.token:
+            # A new instance needs a new token: a node that restarted asks afresh (no renew)
+            # with the token it held before, when its last grant did not reach its own
+            # disc; granted, it would start a second instance with the same token. Refused,
+            # it learns the newest token from the answers and asks above it.
+            if token > grant.token or (token == grant.token and msg.get("renew")):
                 ok = True
         elif msg.get("renew"):
             # A holder renews only while its lease is valid, so no other node can hold a
@@ -433,9 +460,7 @@ class SingletonCore:
             # (our grant ran out, or we restarted and stayed quiet for a lease), as long as
             # no newer holder is on record here. It brings no new token.
             ok = grant is None or grant.holder == sender or grant.token < token
-        elif token > self.max_token or (
-            grant is not None and grant.holder == sender and token == grant.token
-        ):
+        elif token > self.max_token:  # a new instance: a token above every one seen here
             ok = True
         if ok:
             confirmed = bool(msg.get("renew")) or (
@@ -459,6 +484,7 @@ class SingletonCore:
             "round": msg["round"],
             "ok": ok,
             "max_token": self.max_token,
+            "token": token,  # what was asked for: a late grant is given back by it
             "holder": current.holder if current is not None and left > 0 else None,
             "left": left,
             "confirmed": bool(current is not None and left > 0 and current.confirmed),

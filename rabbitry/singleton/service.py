@@ -148,7 +148,10 @@ class SingletonService(DistCoreShell[SingletonCore]):
             return "none"
         if claim.phase == "held":
             return "held"
-        if claim.holder_seen is not None and claim.phase == "idle":
+        if claim.taken_by is not None and claim.phase == "idle":
+            # a holder that said it won; a live grant alone may be a duellist that lost too
+            # (three nodes registering at once each lost a round to another's grant, and all
+            # three refused): the claim asks again after its jittered retry meanwhile
             return "taken"
         return "asking"
 

@@ -170,3 +170,69 @@ def test_a_holder_that_finds_another_holder_stops_and_reports_the_conflict() -> 
     effects = core.receive("c@h", no, 0.6)
     assert any(isinstance(e, StopInstance) for e in effects)
     assert Conflict("g", "c@h") in effects
+
+
+def test_a_grant_that_comes_after_its_round_was_lost_is_given_back() -> None:
+    """A candidate that lost its round (here to the acceptors' other grants) gets a yes late:
+    it gives that grant back at once. Kept, it would outlive the candidate there and make
+    that acceptor refuse the real holder's renewals, whose older token is no match for it."""
+    core = acceptor()
+    core.want("k", 0.0)
+    core.timer("try:k", 0.0, "k")  # round 1, token 1; our own acceptor said yes
+    no = {"v": 1, "t": "ack", "key": "k", "round": 1, "ok": False, "max_token": 1}
+    no_b = {**no, "holder": "b@h", "left": 2.0, "confirmed": False}
+    core.receive("b@h", no_b, 0.1)
+    core.receive("c@h", no_b, 0.1)  # two noes of three: the round is lost
+    late = core.receive("c@h", {**no, "ok": True, "token": 1}, 0.2)  # c's yes, too late
+    assert [(e.node, e.msg["t"], e.msg["token"]) for e in late if isinstance(e, Send)] == [
+        ("c@h", "release", 1)
+    ]
+    # an answer without the token (an older node's) changes nothing, as before
+    assert core.receive("c@h", {**no, "ok": True}, 0.3) == []
+
+
+def test_a_late_grant_of_the_token_we_hold_is_kept() -> None:
+    core = acceptor()
+    core.want("k", 0.0)
+    core.timer("try:k", 0.0, "k")
+    yes = {"v": 1, "t": "ack", "key": "k", "round": 1, "ok": True, "max_token": 1, "token": 1}
+    core.receive("b@h", yes, 0.1)  # a majority with our own: held, token 1
+    assert core.claims["k"].phase == "held"
+    assert not [e for e in core.receive("c@h", yes, 0.2) if isinstance(e, Send)]
+
+
+def test_an_acceptor_answers_with_the_token_asked_for() -> None:
+    assert answer(acceptor().receive("b@h", acquire(4), 0.0))["token"] == 4
+
+
+def test_a_live_grant_of_an_unconfirmed_candidate_does_not_make_the_key_taken() -> None:
+    """Three registering at once can each lose a round to another's grant: the key is taken
+    only once a refusing acceptor's grant is confirmed (its holder said it won)."""
+    core = acceptor()
+    core.want("k", 0.0)
+    core.timer("try:k", 0.0, "k")
+    no = {"v": 1, "t": "ack", "key": "k", "round": 1, "ok": False, "max_token": 1}
+    core.receive("b@h", {**no, "holder": "b@h", "left": 2.0, "confirmed": False}, 0.1)
+    core.receive("c@h", {**no, "holder": "c@h", "left": 2.0, "confirmed": False}, 0.1)
+    claim = core.claims["k"]
+    assert claim.phase == "idle" and claim.holder_seen is not None and claim.taken_by is None
+    core.timer("try:k", 1.0, "k")  # asks again
+    taken = {**no, "round": claim.round, "holder": "b@h", "left": 1.5, "confirmed": True}
+    core.receive("b@h", taken, 1.1)
+    core.receive("c@h", taken, 1.1)
+    assert claim.phase == "idle" and claim.taken_by == "b@h"
+
+
+def test_a_holder_that_asks_afresh_with_its_own_token_is_refused() -> None:
+    """A node that restarted before its last grant reached its disc asks afresh (no renew)
+    with the token it held: granted, it would start a second instance with that token (the
+    simulator's seed 94, 5 nodes, autoheal). Its renewal of that token, and a newer token,
+    are granted."""
+    core = acceptor()
+    assert answer(core.receive("b@h", acquire(3), 0.0))["ok"]
+    again = answer(core.receive("b@h", acquire(3, round_=2), 0.5))
+    assert not again["ok"] and again["max_token"] == 3
+    assert answer(core.receive("b@h", acquire(3, round_=3, renew=True), 0.6))["ok"]
+    assert answer(core.receive("b@h", acquire(4, round_=4), 0.7))["ok"]
+    # once its grant ran out here too: the same token is still no new instance
+    assert not answer(core.receive("b@h", acquire(4, round_=5), 5.0))["ok"]
