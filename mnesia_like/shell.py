@@ -560,7 +560,9 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
                 self._seal_to_thread()
                 return
             batch, self._open_batch = self._open_batch, None
-            later = self._defer_lazy(batch)
+            # the deferred logs open the next batch now, before anything this fsync releases
+            # appends or drops a table (a DropTable takes its log out of the open batch)
+            self._reopen(self._defer_lazy(batch))
             if self._outbox:
                 # What was gathered passed its barrier already: out before this thread
                 # blocks on an fsync (a prepare's messages to the other participants, whose
@@ -570,7 +572,6 @@ class Mnesia(NodeCoreShell[MnesiaCore]):
             # held effects never run
             _side_by_side([tlog.sync for tlog in batch.dirty.values()])
             self._release(batch.held)
-            self._reopen(later)
 
     def _seal_to_thread(self) -> None:
         batch, self._open_batch = self._open_batch, None

@@ -375,3 +375,32 @@ def test_parallel_commit_leaves_the_table_fsync_off_the_commit_path(
         assert again.dirty_read("p", 4) == {"key": 4, "value": 19}
     finally:
         cluster.close()
+
+
+def test_a_table_whose_lazy_appends_wait_can_be_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a table whose parallel commits' appends still wait for their fsync (LAZY_SYNC
+    made an hour long) takes its log out of the waiting batch: the stores go on committing,
+    a clean stop syncs what is left, and a restart has no trace of the table."""
+    monkeypatch.setattr("mnesia_like.shell.LAZY_SYNC", 3600.0)
+    cluster = Cluster(tmp_path, parallel_commit=True)
+    try:
+        db = _puts_from_one_store(cluster, 10)
+        db.delete_table("p")
+        db.create_table("q", disc_copies=cluster.names)
+        db.wait_for_tables(["q"], timeout=10)
+        for n in range(5):
+            db.transaction(lambda tx, n=n: tx.write("q", {"key": n, "value": n}))
+        assert db.dirty_read("q", 4) == {"key": 4, "value": 4}
+        assert all(ref.is_alive() for ref in cluster.stores.values())
+    finally:
+        cluster.close()
+    cluster = Cluster(tmp_path, parallel_commit=True)
+    try:
+        again = cluster.start(cluster.names[0], extra_db_nodes=[], force_load=True)
+        again.wait_for_tables(["q"], timeout=10)
+        assert again.dirty_read("q", 4) == {"key": 4, "value": 4}
+        assert "p" not in again.system_info("tables")
+    finally:
+        cluster.close()
