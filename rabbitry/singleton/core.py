@@ -309,10 +309,10 @@ class SingletonCore:
             return []
         if claim is not None and claim.phase == "held" and claim.token == token:
             return []
-        release = {"v": VERSION, "t": "release", "key": msg["key"], "token": token}
-        if sender == self.node:
-            return self._on_release(self.node, release)
-        return [Send(sender, NAME, release)]
+        # never our own acceptor's: its answer comes inside the round's _ask, never late
+        return [
+            Send(sender, NAME, {"v": VERSION, "t": "release", "key": msg["key"], "token": token})
+        ]
 
     def _won(self, claim: Claim, now: float) -> list[SingletonEffect]:
         if claim.phase == "held" and now >= claim.expires:
