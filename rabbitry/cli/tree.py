@@ -241,7 +241,12 @@ class _Foreground:
             self.signal_name,
             tree_id,
         )
-        ref.stop()
+        # Not a blocking stop(): a second signal may be delivered to any thread, and a main
+        # thread blocked on a lock without a timeout would never run its handler (a stop
+        # that hangs could then not be cut short). A timed wait wakes it to run the handler.
+        ref.stop(block=False)
+        while not ref.actor_stopped.wait(POLL_INTERVAL):
+            pass
         log.info("tree %r stopped", tree_id)
         return 0
 
